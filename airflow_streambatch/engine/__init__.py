@@ -1,0 +1,40 @@
+"""The streaming batch engine: Ray Data's execution model on Spark executors.
+
+Importable without Airflow, from a notebook or a ``spark-submit`` script::
+
+    import airflow_streambatch.engine as sb
+
+    ds = sb.read_parquet("in/").map_batches(Embed, num_gpus=1, batch_size=64)
+    ds.write_parquet("out/")
+    print(ds.stats())
+"""
+
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.dataset import DataIterator, Dataset, MaterializedDataset
+from airflow_streambatch.engine.errors import StreamBatchError, TaskLaunchError, UserCodeError
+from airflow_streambatch.engine.read_api import (
+    from_items,
+    range,
+    read_binary_files,
+    read_csv,
+    read_json,
+    read_parquet,
+    read_text,
+)
+
+__all__ = [
+    "DataContext",
+    "DataIterator",
+    "Dataset",
+    "MaterializedDataset",
+    "StreamBatchError",
+    "TaskLaunchError",
+    "UserCodeError",
+    "from_items",
+    "range",
+    "read_binary_files",
+    "read_csv",
+    "read_json",
+    "read_parquet",
+    "read_text",
+]

@@ -1,0 +1,110 @@
+"""Batch formats: Arrow tables in and out of user functions, and re-batching.
+
+Inside the engine every batch is a `pyarrow.Table`. User functions see the format
+they asked for (``"pyarrow"``, ``"pandas"`` or ``"numpy"``, a dict of arrays) and may
+return any of them; anything else is an error that names the operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+BATCH_FORMATS = ("pyarrow", "pandas", "numpy")
+
+
+def check_batch_format(batch_format: str, where: str) -> None:
+    if batch_format not in BATCH_FORMATS:
+        raise ValueError(f"{where}: unknown batch_format {batch_format!r}; use one of {BATCH_FORMATS}")
+
+
+def to_format(table: pa.Table, batch_format: str):
+    """The batch a user function receives."""
+    if batch_format == "pyarrow":
+        return table
+    if batch_format == "pandas":
+        return table.to_pandas()
+    return {name: _column_to_numpy(table.column(name)) for name in table.column_names}
+
+
+def _column_to_numpy(column: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_fixed_size_list(column.type) or pa.types.is_list(column.type):
+        values = column.to_pylist()
+        try:
+            return np.asarray(values)
+        except ValueError:
+            return np.asarray(values, dtype=object)
+    return column.to_numpy(zero_copy_only=False)
+
+
+def from_udf_output(value: Any, operator: str) -> pa.Table:
+    """Turn what a user function returned into a table, or say exactly what was wrong."""
+    if isinstance(value, pa.Table):
+        return value
+    if isinstance(value, pa.RecordBatch):
+        return pa.Table.from_batches([value])
+    module = type(value).__module__
+    if module.startswith("pandas") and type(value).__name__ == "DataFrame":
+        return pa.Table.from_pandas(value, preserve_index=False)
+    if isinstance(value, dict):
+        try:
+            return pa.table({k: _numpy_to_arrow(v) for k, v in value.items()})
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
+            raise TypeError(f"{operator} returned a dict that is not a table of equal-length columns: {exc}") from exc
+    raise TypeError(
+        f"{operator} returned {type(value).__name__}; a batch function must return a "
+        "pyarrow.Table, a pandas.DataFrame or a dict of column name to array"
+    )
+
+
+def _numpy_to_arrow(values) -> pa.Array:
+    if isinstance(values, np.ndarray) and values.ndim > 1:
+        inner = values.shape[1] if values.ndim == 2 else None
+        flat = pa.array(values.reshape(len(values), -1).ravel())
+        if inner is not None:
+            return pa.FixedSizeListArray.from_arrays(flat, inner)
+        return pa.array(list(values))
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    return pa.array(values)
+
+
+def rows_to_table(rows: list[dict], operator: str) -> pa.Table:
+    """Rows (dicts) a row function produced, as a table."""
+    for row in rows:
+        if not isinstance(row, dict):
+            raise TypeError(f"{operator} must return dict rows, got {type(row).__name__}")
+    return pa.Table.from_pylist(rows)
+
+
+def rebatch(tables: Iterable[pa.Table], batch_size: int | None) -> Iterator[pa.Table]:
+    """Yield tables of exactly ``batch_size`` rows (the last may be shorter).
+
+    ``None`` passes each input table through whole (one batch per block).
+    """
+    if batch_size is None:
+        for table in tables:
+            if table.num_rows:
+                yield table
+        return
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    for table in tables:
+        if not table.num_rows:
+            continue
+        pending.append(table)
+        pending_rows += table.num_rows
+        if pending_rows < batch_size:
+            continue
+        merged = pa.concat_tables(pending, promote_options="default")
+        start = 0
+        while merged.num_rows - start >= batch_size:
+            yield merged.slice(start, batch_size)
+            start += batch_size
+        rest = merged.slice(start)
+        pending, pending_rows = ([rest], rest.num_rows) if rest.num_rows else ([], 0)
+    if pending_rows:
+        yield pa.concat_tables(pending, promote_options="default")

@@ -1,0 +1,127 @@
+"""Blocks: Arrow IPC files in a run-scoped directory, and the metadata the driver keeps.
+
+Why files and not Spark's block manager: on this machine a task writes a 128 MiB
+Arrow IPC file and a reader memory-maps it in 0.25 s, while persisting the same bytes
+as an RDD costs 5-6.7 s (docs/design.md). The driver holds only `BlockRef`s: id,
+path, rows, bytes and the lineage of the task that produced the block.
+
+`BlockBuilder` is the streaming repartition of paper section 4.2.1: a task adds
+tables as it produces them and gets a block back each time its buffer passes the
+target size, so no task holds an unbounded output. The cut points depend only on the
+rows added and the target, so a replayed task emits the same blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class BlockRef:
+    """A reference to one block; what the driver holds instead of data.
+
+    :param block_id: unique within a run; encodes producer and position.
+    :param path: the Arrow IPC file.
+    :param num_rows: rows visible through this reference (after ``offset``/``length``).
+    :param size_bytes: in-memory Arrow bytes of those rows.
+    :param producer: ``(operator name, task key, index in the task's output stream)``.
+    :param partitions: input (source) partitions this block descends from.
+    :param offset, length: a row slice of the file; ``length=None`` means all rows.
+        Slices let `limit` and `repartition` cut blocks without touching data.
+    """
+
+    block_id: str
+    path: str
+    num_rows: int
+    size_bytes: int
+    producer: tuple[str, str, int]
+    partitions: tuple[int, ...]
+    offset: int = 0
+    length: int | None = None
+
+    def slice(self, offset: int, length: int) -> BlockRef:
+        """A view of ``length`` rows starting at ``offset`` of this view."""
+        length = max(0, min(length, self.num_rows - offset))
+        per_row = self.size_bytes / self.num_rows if self.num_rows else 0
+        return replace(
+            self,
+            block_id=f"{self.block_id}[{self.offset + offset}:{self.offset + offset + length}]",
+            offset=self.offset + offset,
+            length=length,
+            num_rows=length,
+            size_bytes=int(per_row * length),
+        )
+
+
+def write_block(table: pa.Table, path: str) -> None:
+    """Write ``table`` as an Arrow IPC file, atomically (temp name, then rename)."""
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+
+
+def read_block(ref: BlockRef) -> pa.Table:
+    """Memory-map a block and return the rows its reference covers (zero-copy)."""
+    with pa.memory_map(ref.path, "r") as source:
+        table = pa.ipc.open_file(source).read_all()
+    if ref.offset or ref.length is not None:
+        table = table.slice(ref.offset, ref.length if ref.length is not None else table.num_rows - ref.offset)
+    return table
+
+
+def read_block_schema(ref: BlockRef) -> pa.Schema:
+    with pa.memory_map(ref.path, "r") as source:
+        return pa.ipc.open_file(source).schema
+
+
+class BlockBuilder:
+    """Cuts a stream of tables into blocks of at most ``target_bytes`` (streaming repartition).
+
+    ``emit`` is called with each finished table; it writes the block and returns
+    its reference. Rows per block come from the bytes per row of what is buffered,
+    so the cut is deterministic for a given input stream and target.
+    """
+
+    def __init__(self, target_bytes: int, emit: Callable[[pa.Table], BlockRef]):
+        self._target = target_bytes
+        self._emit = emit
+        self._buffer: list[pa.Table] = []
+        self._buffered_bytes = 0
+        self._buffered_rows = 0
+
+    def add(self, table: pa.Table) -> Iterator[BlockRef]:
+        if table.num_rows == 0:
+            return
+        self._buffer.append(table)
+        self._buffered_bytes += table.nbytes
+        self._buffered_rows += table.num_rows
+        while self._buffered_bytes >= self._target and self._buffered_rows > 0:
+            yield from self._cut()
+
+    def finish(self) -> Iterator[BlockRef]:
+        if self._buffered_rows > 0:
+            yield self._emit(self._combined())
+        self._buffer, self._buffered_bytes, self._buffered_rows = [], 0, 0
+
+    def _combined(self) -> pa.Table:
+        tables = [t for t in self._buffer if t.num_rows]
+        return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+
+    def _cut(self) -> Iterator[BlockRef]:
+        table = self._combined()
+        bytes_per_row = max(1.0, table.nbytes / table.num_rows)
+        rows = max(1, int(self._target // bytes_per_row))
+        if rows >= table.num_rows and table.nbytes < self._target:
+            self._buffer = [table]
+            return
+        yield self._emit(table.slice(0, rows))
+        rest = table.slice(rows)
+        self._buffer = [rest] if rest.num_rows else []
+        self._buffered_bytes = rest.nbytes if rest.num_rows else 0
+        self._buffered_rows = rest.num_rows

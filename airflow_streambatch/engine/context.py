@@ -1,0 +1,131 @@
+"""`DataContext`: the one configuration object of the engine.
+
+Every knob the planner, scheduler and Spark backend read lives here, with its
+default declared (and explained) beside it, so there is exactly one place to look.
+Values are checked when they are set, and errors name the setting to change.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
+
+MiB = 1024 * 1024
+
+POLICIES = ("adaptive", "conservative")
+
+
+def _default_memory_limit() -> int:
+    """A quarter of physical memory: blocks live in tmpfs here, which is memory."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 4 * 1024 * MiB
+
+
+def _default_block_dir() -> str:
+    """tmpfs where there is one (a 128 MiB block costs 0.25 s there), else the temp dir."""
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK):
+        return os.path.join(shm, "streambatch-blocks")
+    return os.path.join(tempfile.gettempdir(), "streambatch-blocks")
+
+
+@dataclass
+class DataContext:
+    """Execution settings of the streaming batch engine.
+
+    :param target_max_block_size: bytes at which a task cuts an output block
+        (streaming repartition). Default 128 MiB, as in the paper.
+    :param target_min_block_size: blocks smaller than this are coalesced: the
+        scheduler hands several to one downstream task. Default 1 MiB.
+    :param memory_limit: bytes of intermediate blocks the scheduler keeps in flight.
+        Default: a quarter of physical memory.
+    :param scheduling_policy: ``"adaptive"`` (Algorithms 1 and 2 of the paper: may
+        briefly overshoot, keeps slots busy) or ``"conservative"`` (launches a task
+        only when its estimated output fits: never exceeds ``memory_limit``).
+    :param resources: execution slots, e.g. ``{"CPU": 8, "GPU": 2, "tpu": 1}``.
+        ``None`` reads them from the Spark configuration (task slots for CPU,
+        ``spark.executor.resource.gpu.amount`` times executors for GPU).
+    :param block_dir: where blocks (Arrow IPC files) live; one sub-directory per run.
+        Must be visible to every executor: the default (tmpfs or the temp dir) suits
+        local Spark; set a shared filesystem path for clusters.
+    :param group_scheduling: launch ready tasks of one operator as one Spark job
+        (Drizzle), sized by AIMD to keep scheduling overhead under
+        ``scheduling_overhead_bound``.
+    :param scheduling_overhead_bound: fraction of a Spark job's wall time that may go
+        to overhead before the group grows. Default 0.1.
+    :param max_group_size: most tasks one Spark job may carry. Default 64.
+    :param budget_update_interval_s: how often Algorithm 2 replenishes the source
+        budget. Default 1 s, as in the paper.
+    :param progress_interval_s: seconds between progress lines on the
+        ``airflow_streambatch.engine.progress`` logger; 0 disables them.
+    :param enable_operator_fusion: fuse adjacent operators with equal resource
+        requests. Off only to study unfused pipelines (benchmark W3).
+    """
+
+    target_max_block_size: int = 128 * MiB
+    target_min_block_size: int = 1 * MiB
+    memory_limit: int = field(default_factory=_default_memory_limit)
+    scheduling_policy: str = "adaptive"
+    resources: dict[str, float] | None = None
+    block_dir: str = field(default_factory=_default_block_dir)
+    group_scheduling: bool = True
+    scheduling_overhead_bound: float = 0.1
+    max_group_size: int = 64
+    budget_update_interval_s: float = 1.0
+    progress_interval_s: float = 5.0
+    enable_operator_fusion: bool = True
+
+    _local: ClassVar[threading.local] = threading.local()
+    _global: ClassVar[DataContext | None] = None
+
+    def __setattr__(self, name: str, value) -> None:
+        _validate(name, value)
+        super().__setattr__(name, value)
+
+    @classmethod
+    def get_current(cls) -> DataContext:
+        """The process-wide context (created with defaults on first use)."""
+        if cls._global is None:
+            cls._global = cls()
+        return cls._global
+
+    @classmethod
+    def _set_current(cls, ctx: DataContext | None) -> None:
+        cls._global = ctx
+
+    def copy(self, **changes) -> DataContext:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        if values["resources"] is not None:
+            values["resources"] = dict(values["resources"])
+        return DataContext(**values)
+
+
+_POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limit", "max_group_size")
+_POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s")
+
+
+def _validate(name: str, value) -> None:
+    if name in _POSITIVE_INTS:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"DataContext.{name} must be a positive integer, got {value!r}")
+    elif name in _POSITIVE_FLOATS:
+        if not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"DataContext.{name} must be a positive number, got {value!r}")
+    elif name == "progress_interval_s":
+        if not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"DataContext.progress_interval_s must be >= 0, got {value!r}")
+    elif name == "scheduling_policy":
+        if value not in POLICIES:
+            raise ValueError(f"DataContext.scheduling_policy must be one of {POLICIES}, got {value!r}")
+    elif name == "resources" and value is not None:
+        if not isinstance(value, dict):
+            raise ValueError(f"DataContext.resources must be a dict such as {{'CPU': 4, 'GPU': 1}}, got {value!r}")
+        for key, amount in value.items():
+            if not isinstance(amount, (int, float)) or amount < 0:
+                raise ValueError(f"DataContext.resources[{key!r}] must be a number >= 0, got {amount!r}")

@@ -1,0 +1,261 @@
+"""`Dataset`: the lazy, user-facing handle on a logical plan (Table 2 of the paper).
+
+Transforms return a new `Dataset` with one more logical operator; consumers plan
+it, run it on Spark through a `StreamingExecutor`, and read the output blocks as
+they stream out. Blocks are released as soon as the consumer is done with them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import weakref
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from airflow_streambatch.engine.batches import check_batch_format, rebatch, to_format
+from airflow_streambatch.engine.blocks import BlockRef, read_block, read_block_schema
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.executor import _DONE, StreamingExecutor
+from airflow_streambatch.engine.plan import InputBlocks, Limit, Repartition, plan
+from airflow_streambatch.engine.stats import RunStats
+from airflow_streambatch.engine.transforms import Compute, MapBatches, MapRows, WriteFiles, describe
+
+
+def _positive_int(value, what: str, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
+
+
+class Dataset:
+    """A lazy pipeline of blocks. Build it with ``read_*``/``from_items``/``range``."""
+
+    def __init__(self, logical: list, context: DataContext | None = None):
+        self._logical = logical
+        self._context = context
+        self._last_stats: RunStats | None = None
+
+    def __repr__(self) -> str:
+        return f"Dataset({' -> '.join(op.name for op in plan(list(self._logical)))})"
+
+    def _with(self, op) -> Dataset:
+        return Dataset([*self._logical, op], self._context)
+
+    @property
+    def context(self) -> DataContext:
+        return self._context or DataContext.get_current()
+
+    # -- transforms ---------------------------------------------------------------
+    def map_batches(self, fn, *, batch_size: int | None = None, batch_format: str = "pyarrow",
+                    num_cpus: float | None = None, num_gpus: float | None = None,
+                    resources: dict[str, float] | None = None, concurrency: int | tuple | None = None,
+                    fn_args: tuple = (), fn_kwargs: dict | None = None,
+                    fn_constructor_args: tuple = (), fn_constructor_kwargs: dict | None = None) -> Dataset:
+        """Apply ``fn`` to batches. A class as ``fn`` is built once per worker process and reused.
+
+        ``batch_size=None`` gives ``fn`` each input block whole. GPU operators default
+        to ``num_cpus=0`` so they hold only a GPU slot.
+        """
+        name = f"MapBatches({describe(fn)})"
+        check_batch_format(batch_format, name)
+        return self._with(MapBatches(
+            name=name, compute=Compute.make(name, num_cpus, num_gpus, resources, concurrency), fn=fn,
+            batch_size=batch_size, batch_format=batch_format, fn_args=tuple(fn_args), fn_kwargs=fn_kwargs or {},
+            fn_constructor_args=tuple(fn_constructor_args), fn_constructor_kwargs=fn_constructor_kwargs or {},
+        ))
+
+    def _rows(self, kind: str, label: str, fn, num_cpus, num_gpus, resources, concurrency) -> Dataset:
+        name = f"{label}({describe(fn)})"
+        return self._with(MapRows(name=name, compute=Compute.make(name, num_cpus, num_gpus, resources, concurrency),
+                                  fn=fn, kind=kind))
+
+    def map(self, fn, *, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> Dataset:
+        """Apply ``fn`` to each row (a dict) and keep the row it returns."""
+        return self._rows("map", "Map", fn, num_cpus, num_gpus, resources, concurrency)
+
+    def flat_map(self, fn, *, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> Dataset:
+        """Apply ``fn`` to each row and keep every row of the list it returns."""
+        return self._rows("flat_map", "FlatMap", fn, num_cpus, num_gpus, resources, concurrency)
+
+    def filter(self, fn, *, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> Dataset:
+        """Keep the rows for which ``fn(row)`` is true."""
+        return self._rows("filter", "Filter", fn, num_cpus, num_gpus, resources, concurrency)
+
+    def limit(self, n: int) -> Dataset:
+        """The first ``n`` rows to arrive; upstream work stops once they have."""
+        _positive_int(n, "limit(n): n", allow_zero=True)
+        return self._with(Limit(n))
+
+    def repartition(self, num_blocks: int) -> Dataset:
+        """Exactly ``num_blocks`` blocks of near-equal row counts (waits for all input)."""
+        _positive_int(num_blocks, "repartition(num_blocks): num_blocks")
+        return self._with(Repartition(num_blocks))
+
+    # -- execution ----------------------------------------------------------------
+    def _start(self) -> StreamingExecutor:
+        ctx = self.context
+        executor = StreamingExecutor(plan(list(self._logical), ctx.enable_operator_fusion), ctx)
+        return executor.start()
+
+    def _iter_refs(self, delete: bool = True) -> Iterator[tuple[StreamingExecutor, BlockRef]]:
+        """Run the plan and yield output block references as they are produced.
+
+        The caller reads each block before asking for the next; it is released then.
+        """
+        executor = self._start()
+        finished = False
+        try:
+            while True:
+                item = executor.outputs.get()
+                if item is _DONE:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                yield executor, item
+                executor.release(item, delete=delete)
+        finally:
+            if not finished:
+                executor.shutdown()
+            executor.join()
+            self._last_stats = executor.stats
+            if delete:
+                executor.cleanup()
+
+    def iter_internal_ref_bundles(self) -> Iterator[BlockRef]:
+        for _, ref in self._iter_refs():
+            yield ref
+
+    def _iter_tables(self) -> Iterator[pa.Table]:
+        for _, ref in self._iter_refs():
+            yield read_block(ref)
+
+    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "pyarrow") -> Iterator:
+        """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format``."""
+        check_batch_format(batch_format, "iter_batches")
+        if batch_size is not None:
+            _positive_int(batch_size, "iter_batches: batch_size")
+        for batch in rebatch(self._iter_tables(), batch_size):
+            yield to_format(batch, batch_format)
+
+    def iter_rows(self) -> Iterator[dict]:
+        for table in self._iter_tables():
+            yield from table.to_pylist()
+
+    def iter_split(self, n: int) -> list[DataIterator]:
+        """``n`` iterators that share one execution; each takes the next block when it is ready."""
+        _positive_int(n, "iter_split(n): n")
+        coordinator = _SplitCoordinator(self, n)
+        return [DataIterator(coordinator, i) for i in range(n)]
+
+    def take(self, limit: int = 20) -> list[dict]:
+        return list(self.limit(limit).iter_rows())
+
+    def take_all(self) -> list[dict]:
+        return list(self.iter_rows())
+
+    def count(self) -> int:
+        """Rows in the dataset, counted from block metadata (no data is read)."""
+        return sum(ref.num_rows for ref in self.iter_internal_ref_bundles())
+
+    def schema(self) -> pa.Schema | None:
+        """The schema of the first output block (runs the pipeline until one exists)."""
+        for _, ref in self.limit(1)._iter_refs():
+            return read_block_schema(ref)
+        return None
+
+    def materialize(self) -> MaterializedDataset:
+        """Run the plan and keep its output blocks; the result reads them without recomputing."""
+        refs: list[BlockRef] = []
+        run_dir = None
+        for executor, ref in self._iter_refs(delete=False):
+            refs.append(ref)
+            run_dir = executor.run_dir
+        return MaterializedDataset(refs, run_dir, self._last_stats, self._context)
+
+    # -- sinks ----------------------------------------------------------------------
+    def _write(self, path: str, file_format: str) -> list[str]:
+        name = f"Write{file_format.capitalize()}"
+        sink = WriteFiles(name=name, compute=Compute.make(name), path=path, file_format=file_format)
+        written = self._with(sink)
+        files = [row["path"] for row in written.iter_rows()]
+        self._last_stats = written._last_stats
+        return sorted(files)
+
+    def write_parquet(self, path: str) -> list[str]:
+        """One parquet file per write task under ``path``; returns the files written."""
+        return self._write(path, "parquet")
+
+    def write_json(self, path: str) -> list[str]:
+        """JSON Lines files under ``path``; returns the files written."""
+        return self._write(path, "json")
+
+    def write_csv(self, path: str) -> list[str]:
+        return self._write(path, "csv")
+
+    def stats(self) -> str:
+        """Per-operator statistics of the last execution of this dataset."""
+        if self._last_stats is None:
+            return "This dataset has not been executed yet; stats() reports its last execution."
+        return self._last_stats.summary()
+
+    @property
+    def last_run_stats(self) -> RunStats | None:
+        return self._last_stats
+
+
+class MaterializedDataset(Dataset):
+    """A dataset whose blocks exist; its files are deleted when it is garbage-collected."""
+
+    def __init__(self, refs: list[BlockRef], run_dir: str | None, stats: RunStats | None, context=None):
+        super().__init__([InputBlocks(tuple(refs))], context)
+        self._refs = refs
+        self._last_stats = stats
+        if run_dir is not None:
+            weakref.finalize(self, shutil.rmtree, run_dir, True)
+
+    def num_blocks(self) -> int:
+        return len(self._refs)
+
+
+class _SplitCoordinator:
+    """Hands the output blocks of one execution to ``n`` consumers, first come first served."""
+
+    def __init__(self, dataset: Dataset, n: int):
+        self._dataset = dataset
+        self._lock = threading.Lock()
+        self._refs: Iterator | None = None
+
+    def next_table(self) -> pa.Table | None:
+        with self._lock:
+            if self._refs is None:
+                self._refs = self._dataset._iter_tables()
+            try:
+                return next(self._refs)
+            except StopIteration:
+                return None
+
+
+class DataIterator:
+    """One shard of ``Dataset.iter_split``: iterate it from its own thread or process."""
+
+    def __init__(self, coordinator: _SplitCoordinator, index: int):
+        self._coordinator = coordinator
+        self.index = index
+
+    def _tables(self) -> Iterator[pa.Table]:
+        while (table := self._coordinator.next_table()) is not None:
+            yield table
+
+    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "pyarrow") -> Iterator:
+        check_batch_format(batch_format, "iter_batches")
+        for batch in rebatch(self._tables(), batch_size):
+            yield to_format(batch, batch_format)
+
+    def iter_rows(self) -> Iterator[dict]:
+        for table in self._tables():
+            yield from table.to_pylist()
+

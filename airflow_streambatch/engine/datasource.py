@@ -1,0 +1,170 @@
+"""Sources: turning paths, items and ranges into read tasks.
+
+A `ReadTask` is one input partition, the root of lineage: it says what it reads
+(so errors can name the file) and roughly how many bytes (so the planner and the
+source budget can size it), and yields Arrow tables when run on an executor.
+
+`plan_read_tasks` is the initial partitioning of paper section 4.1: enough tasks to
+fill every execution slot, no more than there are fragments (files or parquet row
+groups), and blocks of 1-128 MiB where the input size allows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from airflow_streambatch.engine.sinks import resolve
+
+READ_BATCH_ROWS = 65536
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A piece of input: a whole file, or some row groups of a parquet file."""
+
+    path: str
+    size: int
+    row_groups: tuple[int, ...] | None = None
+
+
+@dataclass
+class ReadTask:
+    """One input partition: ``read()`` yields its tables on an executor."""
+
+    label: str
+    estimated_bytes: int
+    read: Callable[[], Iterator[pa.Table]]
+
+
+@dataclass
+class Datasource:
+    """Everything a read needs before planning: a name and a way to list read tasks."""
+
+    name: str
+    plan: Callable[[int, int | None, int], list[ReadTask]]  # (slots, override_num_blocks, target bytes)
+
+
+def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """Files under ``paths`` with their sizes; hidden and ``_``-prefixed files are skipped."""
+    if isinstance(paths, str):
+        paths = [paths]
+    found: list[tuple[str, int]] = []
+    for path in paths:
+        fs, inner = resolve(path)
+        info = fs.get_file_info(inner)
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"input path does not exist: {path}")
+        prefix = path[: len(path) - len(inner)] if "://" in path else ""
+        if info.type == pafs.FileType.File:
+            found.append((path, info.size))
+            continue
+        for entry in sorted(fs.get_file_info(pafs.FileSelector(inner, recursive=True)), key=lambda e: e.path):
+            base = entry.base_name
+            if entry.type != pafs.FileType.File or base.startswith((".", "_")):
+                continue
+            if suffixes and not base.endswith(suffixes):
+                continue
+            found.append((prefix + entry.path, entry.size))
+    if not found:
+        raise FileNotFoundError(f"no input files found under {paths}")
+    return found
+
+
+def partition_count(total_bytes: int, pieces: int, slots: int, override: int | None, target_bytes: int) -> int:
+    """How many read tasks: ``override`` if given, else enough to fill ``slots`` with
+    partitions of at least 1 MiB and at most ``target_bytes``; never more than ``pieces``."""
+    if override:
+        count = override
+    else:
+        count = max(min(slots, math.ceil(total_bytes / (1 << 20))), math.ceil(total_bytes / target_bytes))
+    return max(1, min(pieces, count))
+
+
+def group_fragments(fragments: list[Fragment], count: int) -> list[list[Fragment]]:
+    """Split fragments into ``count`` contiguous groups of about equal bytes."""
+    total = sum(f.size for f in fragments)
+    per_group = total / count
+    groups: list[list[Fragment]] = [[]]
+    acc = 0.0
+    for i, frag in enumerate(fragments):
+        remaining_frags = len(fragments) - i
+        remaining_groups = count - len(groups)
+        if groups[-1] and len(groups) < count and (acc >= per_group * len(groups) or remaining_frags <= remaining_groups):
+            groups.append([])
+        groups[-1].append(frag)
+        acc += frag.size
+    return groups
+
+
+def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callable[[Fragment], Iterator[pa.Table]],
+                    split_fragments: Callable[[str, int], list[Fragment]] | None = None) -> Datasource:
+    """A datasource over files; ``reader`` turns one fragment into tables on an executor."""
+
+    def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
+        files = expand_paths(paths, suffixes)
+        fragments = [Fragment(p, s) for p, s in files]
+        total = sum(s for _, s in files)
+        if split_fragments is not None and len(fragments) < partition_count(total, 1 << 30, slots, override, target_bytes):
+            fragments = [piece for p, s in files for piece in split_fragments(p, s)]
+        count = partition_count(total, len(fragments), slots, override, target_bytes)
+        tasks = []
+        for group in group_fragments(fragments, count):
+            label = group[0].path if len(group) == 1 else f"{group[0].path} (+{len(group) - 1} more)"
+            tasks.append(ReadTask(label, sum(f.size for f in group), _read_group(tuple(group), reader)))
+        return tasks
+
+    return Datasource(name, plan)
+
+
+def _read_group(group: tuple[Fragment, ...], reader) -> Callable[[], Iterator[pa.Table]]:
+    def read() -> Iterator[pa.Table]:
+        for fragment in group:
+            try:
+                yield from reader(fragment)
+            except (OSError, pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
+                raise OSError(f"cannot read {fragment.path}: {type(exc).__name__}: {exc}") from exc
+
+    return read
+
+
+def items_datasource(items: list) -> Datasource:
+    rows = [item if isinstance(item, dict) else {"item": item} for item in items]
+
+    def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
+        count = max(1, min(len(rows), override or slots))
+        bounds = [round(i * len(rows) / count) for i in range(count + 1)]
+        return [
+            ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi]))
+            for lo, hi in zip(bounds, bounds[1:])
+        ]
+
+    return Datasource("FromItems", plan)
+
+
+def _const_read(rows: list[dict]) -> Callable[[], Iterator[pa.Table]]:
+    def read():
+        yield pa.Table.from_pylist(rows)
+
+    return read
+
+
+def range_datasource(n: int) -> Datasource:
+    def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
+        count = max(1, min(n, override or max(slots, math.ceil(8 * n / target_bytes))))
+        bounds = [round(i * n / count) for i in range(count + 1)]
+        return [ReadTask(f"range[{lo}:{hi}]", 8 * (hi - lo), _range_read(lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
+
+    return Datasource("Range", plan)
+
+
+def _range_read(lo: int, hi: int) -> Callable[[], Iterator[pa.Table]]:
+    def read():
+        for start in range(lo, hi, READ_BATCH_ROWS):
+            yield pa.table({"id": pa.array(range(start, min(hi, start + READ_BATCH_ROWS)), pa.int64())})
+
+    return read

@@ -1,0 +1,473 @@
+"""The streaming executor: one loop in the driver that runs a physical plan on Spark.
+
+Each turn of the loop (paper section 4.2): collect finished Spark jobs, record their
+blocks and update estimates; replenish the source budget (Algorithm 2); launch
+source tasks the budget allows; then hand free slots to the qualifying operator
+with the least buffered output (Algorithm 1). The driver holds `BlockRef`s only;
+a block is deleted once the task that consumed it has finished.
+
+Output blocks of the last operator go to ``outputs``, a queue the consumer drains
+(``iter_batches``, ``write_*``, ``iter_split``); until consumed they count against
+the memory limit, so a slow consumer back-pressures the sources.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import queue
+import shutil
+import threading
+import time
+import uuid
+from collections import deque
+
+from pyspark import cloudpickle
+
+from airflow_streambatch.engine.blocks import BlockRef
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.errors import StreamBatchError, TaskLaunchError, UserCodeError
+from airflow_streambatch.engine.plan import PhysicalOp
+from airflow_streambatch.engine.resources import ResourcePool
+from airflow_streambatch.engine.scheduler import Estimates, MemoryState, make_policy
+from airflow_streambatch.engine.spark_backend import GroupSizer, SparkBackend, get_spark, slots_from_spark
+from airflow_streambatch.engine.stats import OpStats, RunStats, progress_line
+from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSpec
+from airflow_streambatch.engine.transforms import MapBatches
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
+
+_DONE = object()
+NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
+
+
+class OpState:
+    """Driver-side state of one physical operator (implements the policy's `OpView`)."""
+
+    def __init__(self, index: int, op: PhysicalOp, ctx: DataContext, pool: ResourcePool):
+        self.index = index
+        self.op = op
+        self.is_source = index == 0
+        self.pool = pool
+        self.ctx = ctx
+        self.inputs: deque[BlockRef] = deque()
+        self.pending_reads: deque[tuple[int, object]] = deque()
+        self.upstream_done = False
+        self.running_tasks = 0
+        self.buffered_output_bytes = 0
+        self.estimates = Estimates()
+        self.stats = OpStats(op.name)
+        self.sizer = GroupSizer(ctx.scheduling_overhead_bound, ctx.max_group_size, ctx.group_scheduling)
+        self.rows_seen = 0  # limit: rows passed on so far
+        self.cut = False  # upstream of a satisfied limit: launch nothing, drop outputs
+        self.groups: deque[list[BlockRef]] = deque()  # repartition: slice groups, one per task
+        self.barrier_blocks: list[BlockRef] = []  # repartition: inputs held until all groups ran
+        first = op.transforms[0] if op.transforms else None
+        self.min_rows = first.batch_size if isinstance(first, MapBatches) and first.batch_size else 0
+
+    # -- the OpView protocol --------------------------------------------------
+    def running(self) -> int:
+        return self.running_tasks
+
+    def has_input(self) -> bool:
+        if self.cut:
+            return False
+        if self.op.kind == "read":
+            return bool(self.pending_reads)
+        if self.op.kind == "repartition":
+            return bool(self.groups)
+        return bool(self.inputs) and (self.upstream_done or self._bundle_ready())
+
+    def next_task_input_bytes(self) -> int:
+        if self.op.kind == "read":
+            return 0
+        return sum(ref.size_bytes for ref in self._peek_bundle())
+
+    def next_task_output_estimate(self, pessimistic: bool = False) -> float:
+        if self.op.kind == "read":
+            read_bytes = self.pending_reads[0][1].estimated_bytes if self.pending_reads else 0
+            if not self.estimates.known:
+                return float(read_bytes)
+            return self.estimates.output_for_input(0, pessimistic)
+        return self.estimates.output_for_input(self.next_task_input_bytes(), pessimistic)
+
+    def usable_slots(self) -> int:
+        return self.pool.slots_for(self.index, self.op.compute)
+
+    @property
+    def done(self) -> bool:
+        idle = not self.inputs and not self.pending_reads and not self.groups and not self.barrier_blocks
+        return self.upstream_done and idle and self.running_tasks == 0
+
+    # -- bundling (coalescing small blocks) ------------------------------------
+    def _peek_bundle(self) -> list[BlockRef]:
+        if self.op.kind == "repartition":
+            return self.groups[0] if self.groups else []
+        bundle, size, rows = [], 0, 0
+        for ref in self.inputs:
+            if bundle and size + ref.size_bytes > self.ctx.target_max_block_size:
+                break
+            bundle.append(ref)
+            size += ref.size_bytes
+            rows += ref.num_rows
+            if size >= self.ctx.target_min_block_size and rows >= self.min_rows:
+                break
+        return bundle
+
+    def _bundle_ready(self) -> bool:
+        bundle = self._peek_bundle()
+        size = sum(r.size_bytes for r in bundle)
+        rows = sum(r.num_rows for r in bundle)
+        full = size >= self.ctx.target_min_block_size and rows >= self.min_rows
+        return full or len(bundle) < len(self.inputs)
+
+    def take_bundle(self) -> list[BlockRef]:
+        if self.op.kind == "repartition":
+            return self.groups.popleft()
+        bundle = self._peek_bundle()
+        for _ in bundle:
+            self.inputs.popleft()
+        return bundle
+
+
+def _task_key(inputs: list[BlockRef]) -> str:
+    return hashlib.sha1(",".join(ref.block_id for ref in inputs).encode()).hexdigest()[:16]
+
+
+class StreamingExecutor:
+    """Runs one physical plan; iterate ``outputs()`` for the final blocks."""
+
+    def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None):
+        self.ctx = (ctx or DataContext.get_current()).copy()
+        self.ops = ops
+        self.run_id = uuid.uuid4().hex[:12]
+        self.run_dir = os.path.join(self.ctx.block_dir, f"run-{self.run_id}")
+        self.outputs: queue.Queue = queue.Queue()
+        self.stats = RunStats()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # guards memory accounting shared with consumers
+        self._owner: dict[str, int] = {}  # block_id -> producing op index
+        self._path_refs: dict[str, int] = {}  # block file -> live references (slices share files)
+        self._launches: dict[int, tuple[OpState, list[TaskSpec], list[tuple[str, ...]], float]] = {}
+
+    # -- public -----------------------------------------------------------------
+    def start(self) -> StreamingExecutor:
+        total_slots = sum((self.ctx.resources or {}).values())
+        self.spark = get_spark(min_slots=int(total_slots))
+        resources = self.ctx.resources or slots_from_spark(self.spark)
+        self.pool = ResourcePool(resources)
+        self.memory = MemoryState(self.ctx.memory_limit)
+        self.policy = make_policy(self.ctx.scheduling_policy, self.memory)
+        self.states = [OpState(i, op, self.ctx, self.pool) for i, op in enumerate(self.ops)]
+        for state in self.states:
+            if state.op.runs_tasks:
+                self.pool.check_feasible(state.op.compute, state.op.name)
+        self._plan_source()
+        self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
+        os.makedirs(self.run_dir, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name=f"streambatch-{self.run_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def release(self, ref: BlockRef, delete: bool = True) -> None:
+        """Called by the consumer once it no longer needs an output block.
+
+        ``delete=False`` keeps the file (materialize) but frees its memory budget.
+        """
+        self._release(ref, delete)
+
+    def shutdown(self) -> None:
+        """Stop launching and cancel running jobs (the consumer stopped early)."""
+        self._stop.set()
+        self.backend.cancel()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    # -- setup ------------------------------------------------------------------
+    def _plan_source(self) -> None:
+        source = self.states[0]
+        if source.op.kind == "read":
+            read = source.op.read
+            slots = max(1, self.pool.slots_for(0, source.op.compute))
+            tasks = read.datasource.plan(slots, read.override_num_blocks, self.ctx.target_max_block_size)
+            source.pending_reads.extend(enumerate(tasks))
+            source.estimates.initial_output_bytes = sum(t.estimated_bytes for t in tasks) / max(1, len(tasks))
+        else:  # materialized blocks: already there, owned by someone else (never deleted here)
+            for ref in source.op.blocks:
+                self._emit(source, ref, owned=False)
+        source.upstream_done = True
+        self._payloads = {
+            s.index: cloudpickle.dumps(OperatorPayload(
+                s.index, s.op.name, s.op.transforms, self.run_dir,
+                NO_CUT if s.op.kind == "repartition" else self.ctx.target_max_block_size,
+            ))
+            for s in self.states if s.op.runs_tasks
+        }
+
+    # -- the loop ---------------------------------------------------------------
+    def _run(self) -> None:
+        error: BaseException | None = None
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            error = exc
+        finally:
+            if error is not None:
+                self.backend.cancel()
+            self.stats.finish(self.states, self.memory.peak)
+            if self.ctx.progress_interval_s:
+                for state in self.states:
+                    log.info("%s", progress_line(state, final=True))
+            self.outputs.put(error if error is not None else _DONE)
+
+    def _loop(self) -> None:
+        last_tick = last_progress = time.monotonic()
+        self.stats.start()
+        while not self._stop.is_set():
+            self._collect(timeout=0.02)
+            if all(s.done for s in self.states):
+                return
+            now = time.monotonic()
+            if now - last_tick >= self.ctx.budget_update_interval_s:
+                self.policy.replenish(self.states, now - last_tick)
+                last_tick = now
+            self._advance_barriers()
+            self._schedule()
+            if self.ctx.progress_interval_s and now - last_progress >= self.ctx.progress_interval_s:
+                last_progress = now
+                for state in self.states:
+                    log.info("%s", progress_line(state))
+        raise StreamBatchError("execution was stopped before it finished")
+
+    def _schedule(self) -> None:
+        while True:
+            source = self.states[0]
+            if source.has_input() and self.policy.may_launch_source(source) and source.usable_slots() > 0:
+                self._launch(source)
+                continue
+            candidates = [
+                s for s in self.states[1:]
+                if s.op.runs_tasks and s.has_input() and s.usable_slots() > 0 and self.policy.has_output_space(s)
+            ]
+            chosen = self.policy.pick(candidates)
+            if chosen is None:
+                return
+            self._launch(chosen)
+
+    def _launch(self, state: OpState) -> None:
+        """Launch a group: up to ``sizer.size`` tasks per free slot, as one Spark job."""
+        partitions = state.usable_slots()
+        want = partitions * state.sizer.size
+        specs: list[TaskSpec] = []
+        reserved = 0.0
+        while len(specs) < want and state.has_input():
+            if specs and not self._room_for_another(state, reserved):
+                break
+            estimate = state.next_task_output_estimate(pessimistic=self.ctx.scheduling_policy == "conservative")
+            if not state.estimates.known and self.ctx.scheduling_policy == "conservative":
+                estimate = max(estimate, self.memory.limit - self.memory.used - self.memory.reserved)
+            specs.append(self._next_spec(state))
+            reserved += estimate
+            self.memory.reserved += estimate
+            if state.is_source:
+                self.policy.on_source_launch(estimate)
+            if not state.estimates.known:
+                break  # a probe runs alone until its size is known
+        partitions = min(partitions, len(specs))
+        gpu_ids = [self.pool.acquire(state.index, state.op.compute) for _ in range(partitions)]
+        for i, spec in enumerate(specs):
+            spec.gpu_ids = gpu_ids[i % partitions]
+        state.running_tasks += len(specs)
+        state.stats.launched(len(specs))
+        launch_id = len(self.stats.launch_log)
+        self.stats.launch_log.append((state.index, len(specs), partitions))
+        self._launches[launch_id] = (state, specs, gpu_ids, reserved)
+        self.backend.submit(
+            launch_id, state.op.name, self._payloads[state.index],
+            [cloudpickle.dumps(spec) for spec in specs], partitions,
+        )
+
+    def _room_for_another(self, state: OpState, reserved_here: float) -> bool:
+        if state.is_source:
+            return self.policy.may_launch_source(state)
+        return self.policy.has_output_space(state)
+
+    def _next_spec(self, state: OpState) -> TaskSpec:
+        if state.op.kind == "read":
+            index, read_task = state.pending_reads.popleft()
+            return TaskSpec(task_key=f"p{index:05d}", partitions=(index,), read_task=read_task)
+        inputs = state.take_bundle()
+        partitions = tuple(sorted({p for ref in inputs for p in ref.partitions}))
+        return TaskSpec(task_key=_task_key(inputs), partitions=partitions, inputs=inputs)
+
+    # -- completions ------------------------------------------------------------
+    def _collect(self, timeout: float) -> None:
+        try:
+            outcome = self.backend.outcomes.get(timeout=timeout) if self._launches else None
+        except queue.Empty:
+            return
+        if outcome is None:
+            time.sleep(timeout)
+            return
+        while outcome is not None:
+            self._finish_launch(outcome)
+            try:
+                outcome = self.backend.outcomes.get_nowait()
+            except queue.Empty:
+                outcome = None
+
+    def _finish_launch(self, outcome) -> None:
+        state, specs, gpu_ids, reserved = self._launches.pop(outcome.launch_id)
+        for ids in gpu_ids:
+            self.pool.release(state.index, state.op.compute, ids)
+        state.running_tasks -= len(specs)
+        self.memory.reserved = max(0.0, self.memory.reserved - reserved)
+        if outcome.error is not None:
+            where = sorted({p for spec in specs for p in spec.partitions})
+            raise TaskLaunchError(
+                f"{state.op.name}: Spark job for input partition(s) {where} failed: {outcome.error}"
+            ) from outcome.error
+        results: list[TaskResult] = [cloudpickle.loads(blob) for blob in outcome.results]
+        per_partition_work = [0.0] * len(gpu_ids)
+        for i, (spec, result) in enumerate(zip(specs, results)):
+            per_partition_work[i % len(gpu_ids)] += result.work_s
+            if result.error is not None:
+                raise UserCodeError(state.op.name, spec.partitions, result.error, result.error_traceback)
+        state.sizer.observe(outcome.wall_s, per_partition_work, len(specs))
+        for spec, result in zip(specs, results):
+            state.estimates.observe(result.work_s, result.input_bytes, result.output_bytes)
+            state.stats.task_done(result)
+            for ref in result.blocks:
+                self._emit(state, ref)
+            for ref in spec.inputs:
+                self._release(ref)
+        self._propagate_done()
+
+    # -- block flow -------------------------------------------------------------
+    def _emit(self, state: OpState, ref: BlockRef, owned: bool = True) -> None:
+        """A block produced by ``state``: account it and pass it downstream."""
+        with self._lock:
+            if owned:
+                self._owner[ref.block_id] = state.index
+                self._path_refs[ref.path] = self._path_refs.get(ref.path, 0) + 1
+                state.buffered_output_bytes += ref.size_bytes
+                self.memory.used += ref.size_bytes
+                self.memory.peak = max(self.memory.peak, self.memory.used)
+                state.stats.buffered(state.buffered_output_bytes)
+        if state.cut:
+            self._release(ref)
+        else:
+            self._deliver(state.index + 1, ref)
+
+    def _deliver(self, index: int, ref: BlockRef) -> None:
+        if index == len(self.states):
+            self.outputs.put(ref)
+            return
+        state = self.states[index]
+        if state.op.kind != "limit":
+            state.inputs.append(ref)
+            return
+        remaining = state.op.limit - state.rows_seen
+        if remaining <= 0:
+            self._release(ref)
+            return
+        if ref.num_rows > remaining:
+            self._retarget(ref, ref.slice(0, remaining))
+            ref = ref.slice(0, remaining)
+        state.rows_seen += ref.num_rows
+        state.stats.rows_out += ref.num_rows
+        self._deliver(index + 1, ref)
+        if state.rows_seen >= state.op.limit:
+            self._cut_upstream(index)
+
+    def _retarget(self, whole: BlockRef, part: BlockRef) -> None:
+        """A block replaced by a slice of it: move its ownership and bytes to the slice."""
+        with self._lock:
+            owner = self._owner.pop(whole.block_id, None)
+            if owner is None:
+                return
+            self._owner[part.block_id] = owner
+            freed = whole.size_bytes - part.size_bytes
+            self.states[owner].buffered_output_bytes -= freed
+            self.memory.used -= freed
+
+    def _cut_upstream(self, limit_index: int) -> None:
+        """The limit is reached: nothing upstream of it needs to run any more."""
+        for state in self.states[:limit_index]:
+            state.cut = True
+            state.pending_reads.clear()
+            state.groups.clear()
+            while state.inputs:
+                self._release(state.inputs.popleft())
+        self.states[limit_index].upstream_done = True
+
+    def _release(self, ref: BlockRef, delete: bool = True) -> None:
+        with self._lock:
+            owner = self._owner.pop(ref.block_id, None)
+            if owner is None:
+                return
+            self.states[owner].buffered_output_bytes -= ref.size_bytes
+            self.memory.used -= ref.size_bytes
+            left = self._path_refs.get(ref.path, 1) - 1
+            if left > 0:
+                self._path_refs[ref.path] = left
+                return
+            self._path_refs.pop(ref.path, None)
+        if not delete:
+            return
+        try:
+            os.remove(ref.path)
+        except FileNotFoundError:
+            pass
+
+    def _propagate_done(self) -> None:
+        for upstream, state in zip(self.states, self.states[1:]):
+            if upstream.done:
+                state.upstream_done = True
+
+    def _advance_barriers(self) -> None:
+        """Repartition: once all its input is in, cut it into ``num_blocks`` row ranges.
+
+        The ranges are slices of the input blocks (no data moves in the driver); each
+        becomes one task that writes one block. The input blocks are released when
+        the last of those tasks is done, since ranges share them.
+        """
+        self._propagate_done()
+        for state in self.states:
+            if state.op.kind != "repartition":
+                continue
+            if state.upstream_done and state.inputs and not state.barrier_blocks:
+                state.barrier_blocks = list(state.inputs)
+                state.inputs.clear()
+                total = sum(ref.num_rows for ref in state.barrier_blocks)
+                n = state.op.num_blocks
+                bounds = [round(i * total / n) for i in range(n + 1)]
+                state.groups.extend(g for g in _slice_rows(state.barrier_blocks, bounds) if g)
+            if state.barrier_blocks and not state.groups and state.running_tasks == 0:
+                for ref in state.barrier_blocks:
+                    self._release(ref)
+                state.barrier_blocks = []
+        self._propagate_done()
+
+    # -- cleanup ----------------------------------------------------------------
+    def cleanup(self) -> None:
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> list[list[BlockRef]]:
+    """For each output range [bounds[i], bounds[i+1]), the block slices that cover it."""
+    groups: list[list[BlockRef]] = [[] for _ in bounds[:-1]]
+    start = 0
+    for ref in blocks:
+        end = start + ref.num_rows
+        for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            a, b = max(lo, start), min(hi, end)
+            if a < b:
+                groups[i].append(ref.slice(a - start, b - a))
+        start = end
+    return groups

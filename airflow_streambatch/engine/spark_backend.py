@@ -1,0 +1,138 @@
+"""Spark as the dataplane: the session, execution slots, and launching task groups as jobs.
+
+Each launch is one Spark job whose partitions each run one or more tasks of a
+single operator (Drizzle's group scheduling: a job costs 50-100 ms of driver and
+executor overhead here, so small tasks must share one). Jobs are submitted from
+their own `InheritableThread`, in a FAIR pool named after the operator so CPU and
+GPU work share executors, and tagged with the run so a failure can cancel them all.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from functools import partial
+
+from pyspark import InheritableThread
+from pyspark.sql import SparkSession
+
+from airflow_streambatch.engine.tasks import run_partition
+
+_session_lock = threading.Lock()
+
+
+def get_spark(min_slots: int = 0) -> SparkSession:
+    """The active SparkSession, or a local one with at least ``min_slots`` task slots."""
+    with _session_lock:
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return active
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        slots = max(os.cpu_count() or 1, int(min_slots))
+        spark = (
+            SparkSession.builder.master(f"local[{slots}]")
+            .appName("airflow-streambatch")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.scheduler.mode", "FAIR")
+            .config("spark.python.worker.reuse", "true")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("WARN")
+        return spark
+
+
+def slots_from_spark(spark: SparkSession) -> dict[str, float]:
+    """Execution slots Spark offers: task slots as CPU, executor GPUs as GPU."""
+    sc = spark.sparkContext
+    conf = sc.getConf()
+    slots: dict[str, float] = {"CPU": float(sc.defaultParallelism)}
+    gpus_per_executor = float(conf.get("spark.executor.resource.gpu.amount", "0"))
+    if gpus_per_executor and not sc.master.startswith("local["):
+        executors = max(1, len(sc._jsc.sc().getExecutorMemoryStatus()) - 1)
+        slots["GPU"] = gpus_per_executor * executors
+    return slots
+
+
+@dataclass
+class JobOutcome:
+    """What came back from one Spark job: per-task result blobs, or the exception."""
+
+    launch_id: int
+    results: list[bytes] | None
+    error: BaseException | None
+    wall_s: float
+
+
+class SparkBackend:
+    """Submits task groups as Spark jobs and reports their outcomes on one queue."""
+
+    def __init__(self, spark: SparkSession, run_tag: str):
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.run_tag = run_tag
+        self.outcomes: queue.Queue[JobOutcome] = queue.Queue()
+
+    def submit(self, launch_id: int, pool: str, op_blob: bytes, spec_blobs: list[bytes], partitions: int) -> None:
+        thread = InheritableThread(
+            target=self._run_job, args=(launch_id, pool, op_blob, spec_blobs, partitions), daemon=True
+        )
+        thread.start()
+
+    def _run_job(self, launch_id, pool, op_blob, spec_blobs, partitions) -> None:
+        start = time.perf_counter()
+        try:
+            self.sc.setLocalProperty("spark.scheduler.pool", pool)
+            self.sc.setJobDescription(f"streambatch {self.run_tag} {pool} ({len(spec_blobs)} tasks)")
+            self.sc.addJobTag(self.run_tag)
+            rdd = self.sc.parallelize(spec_blobs, partitions)
+            results = rdd.mapPartitions(partial(run_partition, op_blob)).collect()
+            outcome = JobOutcome(launch_id, results, None, time.perf_counter() - start)
+        except BaseException as exc:  # noqa: BLE001 - reported to the scheduler loop
+            outcome = JobOutcome(launch_id, None, exc, time.perf_counter() - start)
+        finally:
+            try:
+                self.sc.removeJobTag(self.run_tag)
+            except Exception:  # noqa: BLE001 - the context may be stopping
+                pass
+        self.outcomes.put(outcome)
+
+    def cancel(self) -> None:
+        try:
+            self.sc.cancelJobsWithTag(self.run_tag)
+        except Exception:  # noqa: BLE001 - best effort on shutdown
+            pass
+
+
+class GroupSizer:
+    """Drizzle's AIMD rule for tasks per Spark job, one instance per operator.
+
+    After each job, overhead = job wall time minus the longest partition's work.
+    Above ``bound`` (a fraction of the wall time) the group doubles; well below it,
+    it shrinks by one, so large tasks go back to one task per job (best pipelining).
+    """
+
+    def __init__(self, bound: float, max_size: int, enabled: bool = True):
+        self.bound = bound
+        self.max_size = max_size if enabled else 1
+        self.size = 1
+        self.overhead_s = 0.0
+        self.tasks = 0
+
+    def observe(self, wall_s: float, partition_work_s: list[float], tasks: int) -> None:
+        overhead = max(0.0, wall_s - max(partition_work_s, default=0.0))
+        self.overhead_s += overhead
+        self.tasks += tasks
+        fraction = overhead / wall_s if wall_s > 0 else 0.0
+        if fraction > self.bound:
+            self.size = min(self.max_size, self.size * 2)
+        elif fraction < self.bound / 2:
+            self.size = max(1, self.size - 1)
+
+    @property
+    def overhead_per_task_s(self) -> float:
+        return self.overhead_s / self.tasks if self.tasks else 0.0

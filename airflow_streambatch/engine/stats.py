@@ -1,0 +1,102 @@
+"""Per-operator metrics, declared once and used by progress lines and `Dataset.stats()`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+@dataclass
+class OpStats:
+    name: str
+    tasks_launched: int = 0
+    tasks_done: int = 0
+    blocks_out: int = 0
+    rows_out: int = 0
+    bytes_out: int = 0
+    work_s: float = 0.0
+    peak_buffered_bytes: int = 0
+    first_launch: float | None = None
+    last_finish: float | None = None
+    worker_pids: set[int] = field(default_factory=set)
+    scheduling_overhead_s: float = 0.0
+    overhead_per_task_s: float = 0.0
+
+    def launched(self, n: int) -> None:
+        self.tasks_launched += n
+        if self.first_launch is None:
+            self.first_launch = time.monotonic()
+
+    def task_done(self, result) -> None:
+        self.tasks_done += 1
+        self.blocks_out += len(result.blocks)
+        self.rows_out += sum(ref.num_rows for ref in result.blocks)
+        self.bytes_out += result.output_bytes
+        self.work_s += result.work_s
+        self.worker_pids.add(result.pid)
+        self.last_finish = time.monotonic()
+
+    def buffered(self, nbytes: int) -> None:
+        self.peak_buffered_bytes = max(self.peak_buffered_bytes, nbytes)
+
+    @property
+    def wall_s(self) -> float:
+        if self.first_launch is None or self.last_finish is None:
+            return 0.0
+        return self.last_finish - self.first_launch
+
+
+@dataclass
+class RunStats:
+    """Statistics of one execution of a plan."""
+
+    ops: list[OpStats] = field(default_factory=list)
+    wall_s: float = 0.0
+    peak_memory_bytes: int = 0
+    launch_log: list[tuple[int, int, int]] = field(default_factory=list)  # (op, tasks, partitions)
+    _start: float = 0.0
+
+    def start(self) -> None:
+        self._start = time.monotonic()
+
+    def finish(self, states, peak_memory: int) -> None:
+        self.wall_s = time.monotonic() - self._start if self._start else 0.0
+        self.peak_memory_bytes = peak_memory
+        for state in states:
+            state.stats.scheduling_overhead_s = state.sizer.overhead_s
+            state.stats.overhead_per_task_s = state.sizer.overhead_per_task_s
+        self.ops = [state.stats for state in states]
+
+    def summary(self) -> str:
+        lines = [
+            f"Execution: {self.wall_s:.2f} s wall, peak buffered {human_bytes(self.peak_memory_bytes)}, "
+            f"{len(self.launch_log)} Spark jobs",
+            "| operator | tasks | blocks | rows | bytes out | wall s | task s | peak buffered | sched overhead/task |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for op in self.ops:
+            lines.append(
+                f"| {op.name} | {op.tasks_done} | {op.blocks_out} | {op.rows_out} | {human_bytes(op.bytes_out)} "
+                f"| {op.wall_s:.2f} | {op.work_s:.2f} | {human_bytes(op.peak_buffered_bytes)} "
+                f"| {op.overhead_per_task_s * 1000:.1f} ms |"
+            )
+        return "\n".join(lines)
+
+
+def progress_line(state, final: bool = False) -> str:
+    """One operator's progress: rows, blocks, running tasks, buffered bytes."""
+    s = state.stats
+    prefix = "done" if final else "running"
+    return (
+        f"[{prefix}] {s.name}: {s.rows_out} rows, {s.blocks_out} blocks, "
+        f"{s.tasks_done}/{s.tasks_launched} tasks done, {state.running_tasks} running, "
+        f"{human_bytes(state.buffered_output_bytes)} buffered"
+    )

@@ -1,0 +1,140 @@
+"""What runs on Spark executors: a task reads its input, runs its fused transforms
+and cuts the output into blocks; a group of tasks is one Spark partition.
+
+Task code catches the user's exceptions and returns them as results instead of
+raising: a Python worker that raises (or leaves its input iterator undrained) is
+killed by Spark, and with it every stateful UDF's loaded model. The traceback
+travels back to the driver, which decides what failed and where.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pyspark import cloudpickle
+
+from airflow_streambatch.engine.blocks import BlockBuilder, BlockRef, read_block, write_block
+from airflow_streambatch.engine.datasource import ReadTask
+from airflow_streambatch.engine.transforms import TaskEnv, Transform, chain, gpu_env
+
+
+@dataclass
+class OperatorPayload:
+    """The part of a task that is the same for every task of one operator."""
+
+    op_index: int
+    name: str
+    transforms: list[Transform]
+    run_dir: str
+    target_block_bytes: int
+
+
+@dataclass
+class TaskSpec:
+    """One task: its stable key, what it reads, and the partitions it descends from."""
+
+    task_key: str
+    partitions: tuple[int, ...]
+    inputs: list[BlockRef] = field(default_factory=list)
+    read_task: ReadTask | None = None
+    gpu_ids: tuple[str, ...] = ()
+
+
+@dataclass
+class TaskResult:
+    task_key: str
+    blocks: list[BlockRef]
+    work_s: float
+    input_bytes: int
+    output_bytes: int
+    error: str | None = None
+    error_traceback: str = ""
+    pid: int = 0
+
+
+def _input_tables(spec: TaskSpec) -> Iterator:
+    if spec.read_task is not None:
+        yield from spec.read_task.read()
+    else:
+        for ref in spec.inputs:
+            yield read_block(ref)
+
+
+def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
+    """Run one task to completion; never raises for errors in user code or data."""
+    start = time.perf_counter()
+    env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key)
+    gpu_env(env.gpu_ids)
+    blocks: list[BlockRef] = []
+
+    def emit(table) -> BlockRef:
+        index = len(blocks)
+        path = os.path.join(op.run_dir, f"{op.op_index}-{spec.task_key}-{index}.arrow")
+        write_block(table, path)
+        ref = BlockRef(
+            block_id=f"{op.op_index}:{spec.task_key}:{index}",
+            path=path,
+            num_rows=table.num_rows,
+            size_bytes=table.nbytes,
+            producer=(op.name, spec.task_key, index),
+            partitions=spec.partitions,
+        )
+        blocks.append(ref)
+        return ref
+
+    builder = BlockBuilder(op.target_block_bytes, emit)
+    input_bytes = sum(ref.size_bytes for ref in spec.inputs)
+    try:
+        for table in chain(op.transforms, _input_tables(spec), env):
+            for _ in builder.add(table):
+                pass
+        for _ in builder.finish():
+            pass
+    except Exception as exc:  # noqa: BLE001 - user code: report, never crash the worker
+        for ref in blocks:
+            _remove(ref.path)
+        return TaskResult(
+            spec.task_key, [], time.perf_counter() - start, input_bytes, 0,
+            error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(), pid=os.getpid(),
+        )
+    return TaskResult(
+        spec.task_key, blocks, time.perf_counter() - start, input_bytes,
+        sum(ref.size_bytes for ref in blocks), pid=os.getpid(),
+    )
+
+
+def _task_gpus(spec: TaskSpec) -> tuple[str, ...]:
+    """GPU addresses Spark assigned (cluster managers with task resource profiles),
+    else the ones the driver's scheduler assigned (local mode)."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        gpus = ctx.resources().get("gpu") if ctx is not None else None
+        if gpus is not None and gpus.addresses:
+            return tuple(gpus.addresses)
+    except Exception:  # noqa: BLE001 - no task context outside Spark
+        pass
+    return spec.gpu_ids
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def run_partition(op_blob: bytes, spec_blobs: Iterator[bytes]) -> Iterator[bytes]:
+    """The Spark partition function: runs each task of the group in turn.
+
+    Drains its whole input, so Spark keeps the Python worker (and its cached models).
+    """
+    op: OperatorPayload = cloudpickle.loads(op_blob)
+    os.makedirs(op.run_dir, exist_ok=True)
+    results = [run_task(op, cloudpickle.loads(blob)) for blob in spec_blobs]
+    return iter([cloudpickle.dumps(r) for r in results])
