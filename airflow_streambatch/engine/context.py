@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -80,7 +79,6 @@ class DataContext:
     progress_interval_s: float = 5.0
     enable_operator_fusion: bool = True
 
-    _local: ClassVar[threading.local] = threading.local()
     _global: ClassVar[DataContext | None] = None
 
     def __setattr__(self, name: str, value) -> None:

@@ -9,6 +9,7 @@ GPU work share executors, and tagged with the run so a failure can cancel them a
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import sys
@@ -23,6 +24,8 @@ from pyspark.sql import SparkSession
 from airflow_streambatch.engine.tasks import run_partition
 
 _session_lock = threading.Lock()
+# py4j logs every finished job thread's connection at INFO; that drowns the progress lines.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def get_spark(min_slots: int = 0) -> SparkSession:

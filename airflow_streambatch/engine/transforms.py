@@ -207,7 +207,16 @@ def unique_names(names: list[str]) -> list[str]:
     return out
 
 
+_SET_BY_US = "STREAMBATCH_SET_CUDA_VISIBLE_DEVICES"
+
+
 def gpu_env(gpu_ids: tuple[str, ...]) -> None:
-    """Expose only the task's GPUs to frameworks that honour CUDA_VISIBLE_DEVICES."""
+    """Expose only the task's GPUs to frameworks that honour CUDA_VISIBLE_DEVICES.
+
+    Workers are reused across operators, so a CPU task undoes what a GPU task set.
+    """
     if gpu_ids:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        os.environ[_SET_BY_US] = "1"
+    elif os.environ.pop(_SET_BY_US, None):
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)

@@ -1,0 +1,48 @@
+"""One real local SparkSession for the whole test session (it takes ~8 s to start)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Python workers import user functions by module name, like any Spark job: make the
+# test modules importable there (pytest only puts them on the driver's sys.path).
+_here = os.path.dirname(os.path.abspath(__file__))
+_test_dirs = [os.path.join(_here, d) for d in ("", "engine")]
+os.environ["PYTHONPATH"] = os.pathsep.join([*_test_dirs, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+SPARK_SLOTS = 4
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master(f"local[{SPARK_SLOTS}]")
+        .appName("airflow-streambatch-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.scheduler.mode", "FAIR")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def ctx(spark, tmp_path):
+    """A fresh DataContext per test, with blocks under the test's tmp dir."""
+    from airflow_streambatch.engine import DataContext
+
+    previous = DataContext.get_current()
+    context = DataContext(block_dir=str(tmp_path / "blocks"), progress_interval_s=0, resources={"CPU": SPARK_SLOTS})
+    DataContext._set_current(context)
+    yield context
+    DataContext._set_current(previous)
