@@ -1,0 +1,84 @@
+"""Bad arguments and bad data give errors that name the operator, partition, file or setting."""
+
+from __future__ import annotations
+
+import pytest
+
+import airflow_streambatch.engine as sb
+
+
+def test_unknown_batch_format_names_operator_and_choices():
+    with pytest.raises(ValueError, match=r"MapBatches\(f\): unknown batch_format 'arrow'.*pyarrow"):
+        def f(b):
+            return b
+
+        sb.range(3).map_batches(f, batch_format="arrow")
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: sb.range(3).map_batches(lambda b: b, batch_size=-1), "batch_size must be a positive integer"),
+        (lambda: sb.range(3).map_batches(lambda b: b, num_gpus=-1), "num_gpus must be a number >= 0"),
+        (lambda: sb.range(3).map_batches(lambda b: b, concurrency=0), "concurrency must be a positive integer"),
+        (lambda: sb.range(3).limit(-2), r"limit\(n\): n must be an integer >= 0"),
+        (lambda: sb.range(3).repartition(0), "num_blocks must be an integer >= 1"),
+        (lambda: sb.range(-1), "n must be an integer >= 0"),
+        (lambda: sb.range(3, override_num_blocks=-4), "override_num_blocks must be a positive integer"),
+        (lambda: sb.range(3).map_batches(lambda b: b, fn_constructor_args=(1,)), "apply only when fn is a class"),
+    ],
+)
+def test_bad_arguments_are_rejected_at_build_time(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("target_max_block_size", -1), ("memory_limit", 0), ("scheduling_policy", "greedy"), ("resources", {"GPU": -1})],
+)
+def test_data_context_rejects_bad_settings_naming_them(field, value):
+    ctx = sb.DataContext()
+    with pytest.raises(ValueError, match=f"DataContext.{field}"):
+        setattr(ctx, field, value)
+
+
+def test_udf_returning_wrong_type_names_the_operator(ctx):
+    def to_list(batch):
+        return [1, 2, 3]
+
+    with pytest.raises(sb.UserCodeError, match=r"MapBatches\(to_list\).*returned list; a batch function must"):
+        sb.range(10).map_batches(to_list).count()
+
+
+def test_udf_exception_names_operator_partition_and_carries_traceback(ctx):
+    def explode_on_7(row):
+        if row["id"] == 7:
+            raise RuntimeError("bad row 7")
+        return row
+
+    with pytest.raises(sb.UserCodeError) as info:
+        sb.range(10, override_num_blocks=5).map(explode_on_7).count()
+    err = info.value
+    assert err.partitions == (3,)  # ids 6-7 are the fourth range partition
+    assert "Map(explode_on_7)" in str(err) and "bad row 7" in str(err)
+    assert "explode_on_7" in err.remote_traceback
+
+
+def test_corrupt_parquet_file_error_names_the_file(ctx, tmp_path):
+    good = sb.range(10).write_parquet(str(tmp_path / "in"))
+    bad = tmp_path / "in" / "corrupt.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet at all")
+    with pytest.raises(sb.UserCodeError, match="corrupt.parquet") as info:
+        sb.read_parquet(str(tmp_path / "in"), override_num_blocks=len(good) + 1).count()
+    assert "ReadParquet" in str(info.value)
+
+
+def test_missing_input_path_is_a_clear_error(ctx, tmp_path):
+    with pytest.raises(FileNotFoundError, match="input path does not exist"):
+        sb.read_parquet(str(tmp_path / "nope")).count()
+
+
+def test_gpu_operator_without_gpu_slots_names_the_setting(ctx):
+    with pytest.raises(ValueError, match=r"GPU=1 per task but only 0 GPU slot.*DataContext.get_current\(\).resources"):
+        sb.range(3).map_batches(lambda b: b, num_gpus=1).count()
