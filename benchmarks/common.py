@@ -103,3 +103,16 @@ def engine_context(**settings):
     ctx = DataContext(progress_interval_s=0, **settings)
     DataContext._set_current(ctx)
     return ctx
+
+
+def warm_up(task_slots: int) -> None:
+    """Start every Python worker and import the engine in it once, so that the first
+    system measured does not pay the process start-up the others then reuse."""
+    import airflow_streambatch.engine as sb
+
+    engine_context(resources={"CPU": task_slots}, target_min_block_size=1)
+    sb.range(task_slots * 4, override_num_blocks=task_slots * 4).map_batches(_identity, num_cpus=0.5).count()
+
+
+def _identity(batch):
+    return batch

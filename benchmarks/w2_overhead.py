@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from benchmarks.common import engine_context, markdown_table, parse_args, save, spark_session, timed
+from benchmarks.common import engine_context, markdown_table, parse_args, save, spark_session, timed, warm_up
 
 ROW_BYTES = 256 * 1024
 
@@ -70,7 +70,8 @@ def run(cfg: W2, rows_per_block: int, grouped: bool) -> dict:
 def main() -> None:
     args = parse_args(__doc__)
     cfg = QUICK if args.quick else W2()
-    spark_session(cfg.slots).sparkContext.parallelize(range(8), 8).count()
+    spark_session(cfg.slots)
+    warm_up(cfg.slots)
     runs = []
     for k in cfg.rows_per_block:
         for grouped in (True, False):
@@ -94,8 +95,9 @@ def main() -> None:
     for grouped in (True, False):
         sel = [r for r in runs if r["grouped"] == grouped]
         label = "group scheduling" if grouped else "one job per launch"
-        left.plot([r["rows_per_block"] for r in sel], [r["rows_per_s"] for r in sel], marker="o", label=label)
-        right.plot([r["rows_per_block"] for r in sel], [r["overhead_per_task_ms"] for r in sel], marker="o", label=label)
+        xs = [r["rows_per_block"] for r in sel]
+        left.plot(xs, [r["rows_per_s"] for r in sel], marker="o", label=label)
+        right.plot(xs, [r["overhead_per_task_ms"] for r in sel], marker="o", label=label)
     for ax, ylabel in ((left, "throughput (rows/s)"), (right, "scheduling overhead per task (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("rows per block (256 KiB each)")

@@ -94,7 +94,8 @@ def group_fragments(fragments: list[Fragment], count: int) -> list[list[Fragment
     for i, frag in enumerate(fragments):
         remaining_frags = len(fragments) - i
         remaining_groups = count - len(groups)
-        if groups[-1] and len(groups) < count and (acc >= per_group * len(groups) or remaining_frags <= remaining_groups):
+        filled = acc >= per_group * len(groups) or remaining_frags <= remaining_groups
+        if groups[-1] and len(groups) < count and filled:
             groups.append([])
         groups[-1].append(frag)
         acc += frag.size
@@ -109,7 +110,8 @@ def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callabl
         files = expand_paths(paths, suffixes)
         fragments = [Fragment(p, s) for p, s in files]
         total = sum(s for _, s in files)
-        if split_fragments is not None and len(fragments) < partition_count(total, 1 << 30, slots, override, target_bytes):
+        wanted = partition_count(total, 1 << 30, slots, override, target_bytes)
+        if split_fragments is not None and len(fragments) < wanted:
             fragments = [piece for p, s in files for piece in split_fragments(p, s)]
         count = partition_count(total, len(fragments), slots, override, target_bytes)
         tasks = []

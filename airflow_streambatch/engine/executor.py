@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import queue
 import shutil
@@ -38,6 +37,16 @@ from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSp
 from airflow_streambatch.engine.transforms import MapBatches
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
+
+
+def _ensure_progress_visible() -> None:
+    """Show progress on stderr when the application configured no logging at all
+    (a script or notebook); under Airflow or any configured app, propagate instead."""
+    if not logging.getLogger().handlers and not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s streambatch %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
 
 _DONE = object()
 NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
@@ -168,6 +177,8 @@ class StreamingExecutor:
         self._plan_source()
         self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
         os.makedirs(self.run_dir, exist_ok=True)
+        if self.ctx.progress_interval_s:
+            _ensure_progress_visible()
         self._thread = threading.Thread(target=self._run, name=f"streambatch-{self.run_id}", daemon=True)
         self._thread.start()
         return self
@@ -260,13 +271,14 @@ class StreamingExecutor:
             self._launch(chosen)
 
     def _launch(self, state: OpState) -> None:
-        """Launch a group: up to ``sizer.size`` tasks per free slot, as one Spark job."""
+        """Launch a group as one Spark job: one partition per free slot, each running up
+        to ``sizer.depth`` tasks in turn (never deeper than the ready tasks need)."""
         partitions = state.usable_slots()
-        want = partitions * state.sizer.size
+        want = partitions * state.sizer.depth(state.estimates.task_s)
         specs: list[TaskSpec] = []
         reserved = 0.0
         while len(specs) < want and state.has_input():
-            if specs and not self._room_for_another(state, reserved):
+            if specs and not self._room_for_another(state):
                 break
             estimate = state.next_task_output_estimate(pessimistic=self.ctx.scheduling_policy == "conservative")
             if not state.estimates.known and self.ctx.scheduling_policy == "conservative":
@@ -280,19 +292,18 @@ class StreamingExecutor:
                 break  # a probe runs alone until its size is known
         partitions = min(partitions, len(specs))
         gpu_ids = [self.pool.acquire(state.index, state.op.compute) for _ in range(partitions)]
+        groups: list[list[bytes]] = [[] for _ in range(partitions)]
         for i, spec in enumerate(specs):
             spec.gpu_ids = gpu_ids[i % partitions]
+            groups[i % partitions].append(cloudpickle.dumps(spec))
         state.running_tasks += len(specs)
         state.stats.launched(len(specs))
         launch_id = len(self.stats.launch_log)
         self.stats.launch_log.append((state.index, len(specs), partitions))
         self._launches[launch_id] = (state, specs, gpu_ids, reserved)
-        self.backend.submit(
-            launch_id, state.op.name, self._payloads[state.index],
-            [cloudpickle.dumps(spec) for spec in specs], partitions,
-        )
+        self.backend.submit(launch_id, state.op.name, self._payloads[state.index], groups)
 
-    def _room_for_another(self, state: OpState, reserved_here: float) -> bool:
+    def _room_for_another(self, state: OpState) -> bool:
         if state.is_source:
             return self.policy.may_launch_source(state)
         return self.policy.has_output_space(state)
@@ -332,10 +343,15 @@ class StreamingExecutor:
             raise TaskLaunchError(
                 f"{state.op.name}: Spark job for input partition(s) {where} failed: {outcome.error}"
             ) from outcome.error
-        results: list[TaskResult] = [cloudpickle.loads(blob) for blob in outcome.results]
-        per_partition_work = [0.0] * len(gpu_ids)
+        # results come back partition by partition; spec i ran in partition i % partitions
+        partitions = len(gpu_ids)
+        order = [i for p in range(partitions) for i in range(p, len(specs), partitions)]
+        results: list[TaskResult] = [None] * len(specs)
+        for i, blob in zip(order, outcome.results):
+            results[i] = cloudpickle.loads(blob)
+        per_partition_work = [0.0] * partitions
         for i, (spec, result) in enumerate(zip(specs, results)):
-            per_partition_work[i % len(gpu_ids)] += result.work_s
+            per_partition_work[i % partitions] += result.work_s
             if result.error is not None:
                 raise UserCodeError(state.op.name, spec.partitions, result.error, result.error_traceback)
         state.sizer.observe(outcome.wall_s, per_partition_work, len(specs))

@@ -129,12 +129,12 @@ def _remove(path: str) -> None:
         pass
 
 
-def run_partition(op_blob: bytes, spec_blobs: Iterator[bytes]) -> Iterator[bytes]:
-    """The Spark partition function: runs each task of the group in turn.
+def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[bytes]:
+    """The Spark partition function: runs each task of its group in turn.
 
     Drains its whole input, so Spark keeps the Python worker (and its cached models).
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
     os.makedirs(op.run_dir, exist_ok=True)
-    results = [run_task(op, cloudpickle.loads(blob)) for blob in spec_blobs]
+    results = [run_task(op, cloudpickle.loads(blob)) for group in groups for blob in group]
     return iter([cloudpickle.dumps(r) for r in results])
