@@ -11,7 +11,15 @@ Importable without Airflow, from a notebook or a ``spark-submit`` script::
 
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import DataIterator, Dataset, MaterializedDataset
-from airflow_streambatch.engine.errors import StreamBatchError, TaskLaunchError, UserCodeError
+from airflow_streambatch.engine.errors import (
+    LineageError,
+    PartitionFailure,
+    PartitionsFailedError,
+    StreamBatchError,
+    TaskLaunchError,
+    UserCodeError,
+)
+from airflow_streambatch.engine.partitions import WriteResult
 from airflow_streambatch.engine.read_api import (
     from_items,
     range,
@@ -26,10 +34,14 @@ __all__ = [
     "DataContext",
     "DataIterator",
     "Dataset",
+    "LineageError",
     "MaterializedDataset",
+    "PartitionFailure",
+    "PartitionsFailedError",
     "StreamBatchError",
     "TaskLaunchError",
     "UserCodeError",
+    "WriteResult",
     "from_items",
     "range",
     "read_binary_files",

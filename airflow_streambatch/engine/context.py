@@ -64,6 +64,10 @@ class DataContext:
         ``airflow_streambatch.engine.progress`` logger; 0 disables them.
     :param enable_operator_fusion: fuse adjacent operators with equal resource
         requests. Off only to study unfused pipelines (benchmark W3).
+    :param max_task_retries: times a task whose user code raised is run again
+        before its input partition is marked failed. Default 2.
+    :param max_failed_partitions: input partitions allowed to fail before the whole
+        run fails; the others still finish and commit. Default 0.
     """
 
     target_max_block_size: int = 128 * MiB
@@ -78,6 +82,8 @@ class DataContext:
     budget_update_interval_s: float = 1.0
     progress_interval_s: float = 5.0
     enable_operator_fusion: bool = True
+    max_task_retries: int = 2
+    max_failed_partitions: int = 0
 
     _global: ClassVar[DataContext | None] = None
 
@@ -115,6 +121,9 @@ def _validate(name: str, value) -> None:
     elif name in _POSITIVE_FLOATS:
         if not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"DataContext.{name} must be a positive number, got {value!r}")
+    elif name in ("max_task_retries", "max_failed_partitions"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"DataContext.{name} must be an integer >= 0, got {value!r}")
     elif name == "progress_interval_s":
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"DataContext.progress_interval_s must be >= 0, got {value!r}")

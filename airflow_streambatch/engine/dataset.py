@@ -18,6 +18,7 @@ from airflow_streambatch.engine.batches import check_batch_format, rebatch, to_f
 from airflow_streambatch.engine.blocks import BlockRef, read_block, read_block_schema
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.executor import _DONE, StreamingExecutor
+from airflow_streambatch.engine.partitions import WriteResult
 from airflow_streambatch.engine.plan import InputBlocks, Limit, Repartition, plan
 from airflow_streambatch.engine.stats import RunStats
 from airflow_streambatch.engine.transforms import Compute, MapBatches, MapRows, WriteFiles, describe
@@ -36,6 +37,7 @@ class Dataset:
         self._logical = logical
         self._context = context
         self._last_stats: RunStats | None = None
+        self._last_executor: StreamingExecutor | None = None
 
     def __repr__(self) -> str:
         return f"Dataset({' -> '.join(op.name for op in plan(list(self._logical)))})"
@@ -122,6 +124,7 @@ class Dataset:
                 executor.shutdown()
             executor.join()
             self._last_stats = executor.stats
+            self._last_executor = executor
             if delete:
                 executor.cleanup()
 
@@ -169,31 +172,40 @@ class Dataset:
 
     def materialize(self) -> MaterializedDataset:
         """Run the plan and keep its output blocks; the result reads them without recomputing."""
-        refs: list[BlockRef] = []
-        run_dir = None
-        for executor, ref in self._iter_refs(delete=False):
-            refs.append(ref)
-            run_dir = executor.run_dir
-        return MaterializedDataset(refs, run_dir, self._last_stats, self._context)
+        refs = [ref for _, ref in self._iter_refs(delete=False)]
+        executor = self._last_executor
+        # the whole run's lineage: a lost block may need its ancestors rebuilt too
+        return MaterializedDataset(refs, executor.run_dir, executor.lineage.records, self._last_stats, self._context)
 
     # -- sinks ----------------------------------------------------------------------
-    def _write(self, path: str, file_format: str) -> list[str]:
+    def _write(self, path: str, file_format: str) -> WriteResult:
+        if any(isinstance(op, Repartition) for op in self._logical):
+            raise ValueError(
+                "write_*() commits output per input partition, and repartition() mixes partitions; "
+                "set override_num_blocks on the read instead to choose the number of partitions"
+            )
         name = f"Write{file_format.capitalize()}"
-        sink = WriteFiles(name=name, compute=Compute.make(name), path=path, file_format=file_format)
-        written = self._with(sink)
-        files = [row["path"] for row in written.iter_rows()]
+        written = self._with(WriteFiles(name=name, compute=Compute.make(name), path=path, file_format=file_format))
+        for _ in written._iter_refs():
+            pass
+        executor = written._last_executor
         self._last_stats = written._last_stats
-        return sorted(files)
+        return WriteResult(path, dict(executor.partitions.committed), dict(executor.skipped),
+                           list(executor.partitions.failures.values()))
 
-    def write_parquet(self, path: str) -> list[str]:
-        """One parquet file per write task under ``path``; returns the files written."""
+    def write_parquet(self, path: str) -> WriteResult:
+        """Parquet files under ``path/p<partition>/``, committed exactly once per input partition.
+
+        Partitions committed by an earlier write to the same path are skipped.
+        """
         return self._write(path, "parquet")
 
-    def write_json(self, path: str) -> list[str]:
-        """JSON Lines files under ``path``; returns the files written."""
+    def write_json(self, path: str) -> WriteResult:
+        """JSON Lines files, committed per input partition like `write_parquet`."""
         return self._write(path, "json")
 
-    def write_csv(self, path: str) -> list[str]:
+    def write_csv(self, path: str) -> WriteResult:
+        """CSV files with a header, committed per input partition like `write_parquet`."""
         return self._write(path, "csv")
 
     def stats(self) -> str:
@@ -210,8 +222,9 @@ class Dataset:
 class MaterializedDataset(Dataset):
     """A dataset whose blocks exist; its files are deleted when it is garbage-collected."""
 
-    def __init__(self, refs: list[BlockRef], run_dir: str | None, stats: RunStats | None, context=None):
-        super().__init__([InputBlocks(tuple(refs))], context)
+    def __init__(self, refs: list[BlockRef], run_dir: str | None, lineage: dict, stats: RunStats | None,
+                 context=None):
+        super().__init__([InputBlocks(tuple(refs), lineage)], context)
         self._refs = refs
         self._last_stats = stats
         if run_dir is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.sinks import resolve
+from airflow_streambatch.engine.filesystems import resolve
 
 READ_BATCH_ROWS = 65536
 
@@ -50,7 +50,7 @@ class Datasource:
 
 
 def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
-    """Files under ``paths`` with their sizes; hidden and ``_``-prefixed files are skipped."""
+    """Files under ``paths`` with their sizes; hidden and ``_``-prefixed paths are skipped."""
     if isinstance(paths, str):
         paths = [paths]
     found: list[tuple[str, int]] = []
@@ -64,9 +64,10 @@ def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list
             found.append((path, info.size))
             continue
         for entry in sorted(fs.get_file_info(pafs.FileSelector(inner, recursive=True)), key=lambda e: e.path):
+            relative = entry.path[len(inner.rstrip("/")) + 1:].split("/")
+            if entry.type != pafs.FileType.File or any(part.startswith((".", "_")) for part in relative):
+                continue  # hidden and _-prefixed files and directories (_commits, _staging, _SUCCESS)
             base = entry.base_name
-            if entry.type != pafs.FileType.File or base.startswith((".", "_")):
-                continue
             if suffixes and not base.endswith(suffixes):
                 continue
             found.append((prefix + entry.path, entry.size))

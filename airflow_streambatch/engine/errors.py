@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class StreamBatchError(Exception):
     """Base class of every error the engine raises on purpose."""
@@ -27,3 +29,33 @@ class UserCodeError(StreamBatchError):
 
 class TaskLaunchError(StreamBatchError):
     """Spark could not run a group of tasks (executor lost, worker crashed)."""
+
+
+class LineageError(StreamBatchError):
+    """A lost block could not be rebuilt (its producer is unknown or not deterministic)."""
+
+
+@dataclass(frozen=True)
+class PartitionFailure:
+    """One input partition that failed for good, and why."""
+
+    partition: int
+    label: str
+    operator: str
+    error: str
+    traceback: str = ""
+
+    def describe(self) -> str:
+        return f"partition {self.partition} ({self.label}) in {self.operator}: {self.error}"
+
+
+class PartitionsFailedError(StreamBatchError):
+    """More input partitions failed than ``DataContext.max_failed_partitions`` allows."""
+
+    def __init__(self, failures: list[PartitionFailure], allowed: int):
+        self.failures = failures
+        lines = "\n".join(f"  - {f.describe()}" for f in failures)
+        super().__init__(
+            f"{len(failures)} input partition(s) failed (DataContext.max_failed_partitions={allowed}):\n{lines}\n"
+            f"Other partitions were not affected; raise max_failed_partitions to let a run finish anyway."
+        )

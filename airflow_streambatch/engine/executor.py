@@ -13,7 +13,6 @@ the memory limit, so a slow consumer back-pressures the sources.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import queue
@@ -26,15 +25,19 @@ from collections import deque
 from pyspark import cloudpickle
 
 from airflow_streambatch.engine.blocks import BlockRef
+from airflow_streambatch.engine.commit import PartitionCommitter
 from airflow_streambatch.engine.context import DataContext
-from airflow_streambatch.engine.errors import StreamBatchError, TaskLaunchError, UserCodeError
+from airflow_streambatch.engine.errors import PartitionFailure, PartitionsFailedError, StreamBatchError
+from airflow_streambatch.engine.lineage import LineageTable
+from airflow_streambatch.engine.op_state import OpState, task_key
+from airflow_streambatch.engine.partitions import PartitionTracker
 from airflow_streambatch.engine.plan import PhysicalOp
 from airflow_streambatch.engine.resources import ResourcePool
-from airflow_streambatch.engine.scheduler import Estimates, MemoryState, make_policy
-from airflow_streambatch.engine.spark_backend import GroupSizer, SparkBackend, get_spark, slots_from_spark
-from airflow_streambatch.engine.stats import OpStats, RunStats, progress_line
+from airflow_streambatch.engine.scheduler import MemoryState, make_policy
+from airflow_streambatch.engine.spark_backend import SparkBackend, get_spark, slots_from_spark
+from airflow_streambatch.engine.stats import RunStats, progress_line
 from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSpec
-from airflow_streambatch.engine.transforms import MapBatches
+from airflow_streambatch.engine.transforms import WriteFiles
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -50,99 +53,6 @@ def _ensure_progress_visible() -> None:
 
 _DONE = object()
 NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
-
-
-class OpState:
-    """Driver-side state of one physical operator (implements the policy's `OpView`)."""
-
-    def __init__(self, index: int, op: PhysicalOp, ctx: DataContext, pool: ResourcePool):
-        self.index = index
-        self.op = op
-        self.is_source = index == 0
-        self.pool = pool
-        self.ctx = ctx
-        self.inputs: deque[BlockRef] = deque()
-        self.pending_reads: deque[tuple[int, object]] = deque()
-        self.upstream_done = False
-        self.running_tasks = 0
-        self.buffered_output_bytes = 0
-        self.estimates = Estimates()
-        self.stats = OpStats(op.name)
-        self.sizer = GroupSizer(ctx.scheduling_overhead_bound, ctx.max_group_size, ctx.group_scheduling)
-        self.rows_seen = 0  # limit: rows passed on so far
-        self.cut = False  # upstream of a satisfied limit: launch nothing, drop outputs
-        self.groups: deque[list[BlockRef]] = deque()  # repartition: slice groups, one per task
-        self.barrier_blocks: list[BlockRef] = []  # repartition: inputs held until all groups ran
-        first = op.transforms[0] if op.transforms else None
-        self.min_rows = first.batch_size if isinstance(first, MapBatches) and first.batch_size else 0
-
-    # -- the OpView protocol --------------------------------------------------
-    def running(self) -> int:
-        return self.running_tasks
-
-    def has_input(self) -> bool:
-        if self.cut:
-            return False
-        if self.op.kind == "read":
-            return bool(self.pending_reads)
-        if self.op.kind == "repartition":
-            return bool(self.groups)
-        return bool(self.inputs) and (self.upstream_done or self._bundle_ready())
-
-    def next_task_input_bytes(self) -> int:
-        if self.op.kind == "read":
-            return 0
-        return sum(ref.size_bytes for ref in self._peek_bundle())
-
-    def next_task_output_estimate(self, pessimistic: bool = False) -> float:
-        if self.op.kind == "read":
-            read_bytes = self.pending_reads[0][1].estimated_bytes if self.pending_reads else 0
-            if not self.estimates.known:
-                return float(read_bytes)
-            return self.estimates.output_for_input(0, pessimistic)
-        return self.estimates.output_for_input(self.next_task_input_bytes(), pessimistic)
-
-    def usable_slots(self) -> int:
-        return self.pool.slots_for(self.index, self.op.compute)
-
-    @property
-    def done(self) -> bool:
-        idle = not self.inputs and not self.pending_reads and not self.groups and not self.barrier_blocks
-        return self.upstream_done and idle and self.running_tasks == 0
-
-    # -- bundling (coalescing small blocks) ------------------------------------
-    def _peek_bundle(self) -> list[BlockRef]:
-        if self.op.kind == "repartition":
-            return self.groups[0] if self.groups else []
-        bundle, size, rows = [], 0, 0
-        for ref in self.inputs:
-            if bundle and size + ref.size_bytes > self.ctx.target_max_block_size:
-                break
-            bundle.append(ref)
-            size += ref.size_bytes
-            rows += ref.num_rows
-            if size >= self.ctx.target_min_block_size and rows >= self.min_rows:
-                break
-        return bundle
-
-    def _bundle_ready(self) -> bool:
-        bundle = self._peek_bundle()
-        size = sum(r.size_bytes for r in bundle)
-        rows = sum(r.num_rows for r in bundle)
-        full = size >= self.ctx.target_min_block_size and rows >= self.min_rows
-        return full or len(bundle) < len(self.inputs)
-
-    def take_bundle(self) -> list[BlockRef]:
-        if self.op.kind == "repartition":
-            return self.groups.popleft()
-        bundle = self._peek_bundle()
-        for _ in bundle:
-            self.inputs.popleft()
-        return bundle
-
-
-def _task_key(inputs: list[BlockRef]) -> str:
-    return hashlib.sha1(",".join(ref.block_id for ref in inputs).encode()).hexdigest()[:16]
 
 
 class StreamingExecutor:
@@ -161,6 +71,12 @@ class StreamingExecutor:
         self._owner: dict[str, int] = {}  # block_id -> producing op index
         self._path_refs: dict[str, int] = {}  # block file -> live references (slices share files)
         self._launches: dict[int, tuple[OpState, list[TaskSpec], list[tuple[str, ...]], float]] = {}
+        self._attempts: dict[tuple[int, str], int] = {}  # (operator, task key) -> failed runs
+        self.lineage = LineageTable(ops[0].lineage if ops[0].kind == "blocks" else None)
+        sink = ops[-1].transforms[-1] if ops[-1].transforms else None
+        self.committer = PartitionCommitter(sink.path, self.run_id) if isinstance(sink, WriteFiles) else None
+        self.partitions = PartitionTracker(self.committer)
+        self.skipped: dict = {}
 
     # -- public -----------------------------------------------------------------
     def start(self) -> StreamingExecutor:
@@ -171,6 +87,8 @@ class StreamingExecutor:
         self.memory = MemoryState(self.ctx.memory_limit)
         self.policy = make_policy(self.ctx.scheduling_policy, self.memory)
         self.states = [OpState(i, op, self.ctx, self.pool) for i, op in enumerate(self.ops)]
+        for state in self.states:
+            state.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
         for state in self.states:
             if state.op.runs_tasks:
                 self.pool.check_feasible(state.op.compute, state.op.name)
@@ -206,7 +124,20 @@ class StreamingExecutor:
             read = source.op.read
             slots = max(1, self.pool.slots_for(0, source.op.compute))
             tasks = read.datasource.plan(slots, read.override_num_blocks, self.ctx.target_max_block_size)
-            source.pending_reads.extend(enumerate(tasks))
+            done = self.committer.committed() if self.committer else {}
+            for index, task in enumerate(tasks):
+                record = done.get(index)
+                if record is None:
+                    source.pending_reads.append((index, task))
+                    self.partitions.add_read(index, task.label)
+                elif record.label == task.label:
+                    self.skipped[index] = record  # committed by an earlier run: nothing to do
+                else:
+                    raise ValueError(
+                        f"{self.committer.path} holds partition {index} committed from {record.label!r}, but this "
+                        f"run's partition {index} reads {task.label!r}: the input partitioning changed. Write to a "
+                        "new path, or keep the input files and override_num_blocks as they were."
+                    )
             source.estimates.initial_output_bytes = sum(t.estimated_bytes for t in tasks) / max(1, len(tasks))
         else:  # materialized blocks: already there, owned by someone else (never deleted here)
             for ref in source.op.blocks:
@@ -215,7 +146,7 @@ class StreamingExecutor:
         self._payloads = {
             s.index: cloudpickle.dumps(OperatorPayload(
                 s.index, s.op.name, s.op.transforms, self.run_dir,
-                NO_CUT if s.op.kind == "repartition" else self.ctx.target_max_block_size,
+                NO_CUT if s.op.kind == "repartition" else self.ctx.target_max_block_size, self.run_id,
             ))
             for s in self.states if s.op.runs_tasks
         }
@@ -230,7 +161,10 @@ class StreamingExecutor:
         finally:
             if error is not None:
                 self.backend.cancel()
+            if self.committer is not None:
+                self.committer.cleanup()
             self.stats.finish(self.states, self.memory.peak)
+            self.stats.failed_partitions = list(self.partitions.failures.values())
             if self.ctx.progress_interval_s:
                 for state in self.states:
                     log.info("%s", progress_line(state, final=True))
@@ -309,12 +243,14 @@ class StreamingExecutor:
         return self.policy.has_output_space(state)
 
     def _next_spec(self, state: OpState) -> TaskSpec:
+        if state.retry_specs:
+            return state.retry_specs.popleft()
         if state.op.kind == "read":
             index, read_task = state.pending_reads.popleft()
             return TaskSpec(task_key=f"p{index:05d}", partitions=(index,), read_task=read_task)
         inputs = state.take_bundle()
         partitions = tuple(sorted({p for ref in inputs for p in ref.partitions}))
-        return TaskSpec(task_key=_task_key(inputs), partitions=partitions, inputs=inputs)
+        return TaskSpec(task_key=task_key(inputs), partitions=partitions, inputs=inputs)
 
     # -- completions ------------------------------------------------------------
     def _collect(self, timeout: float) -> None:
@@ -338,11 +274,11 @@ class StreamingExecutor:
             self.pool.release(state.index, state.op.compute, ids)
         state.running_tasks -= len(specs)
         self.memory.reserved = max(0.0, self.memory.reserved - reserved)
-        if outcome.error is not None:
-            where = sorted({p for spec in specs for p in spec.partitions})
-            raise TaskLaunchError(
-                f"{state.op.name}: Spark job for input partition(s) {where} failed: {outcome.error}"
-            ) from outcome.error
+        if outcome.error is not None:  # Spark lost the job (worker crash, executor lost): retry its tasks
+            message = f"Spark job failed: {type(outcome.error).__name__}: {str(outcome.error).splitlines()[0]}"
+            for spec in specs:
+                self._task_failed(state, spec, message, str(outcome.error))
+            return
         # results come back partition by partition; spec i ran in partition i % partitions
         partitions = len(gpu_ids)
         order = [i for p in range(partitions) for i in range(p, len(specs), partitions)]
@@ -350,19 +286,72 @@ class StreamingExecutor:
         for i, blob in zip(order, outcome.results):
             results[i] = cloudpickle.loads(blob)
         per_partition_work = [0.0] * partitions
-        for i, (spec, result) in enumerate(zip(specs, results)):
+        for i, result in enumerate(results):
             per_partition_work[i % partitions] += result.work_s
-            if result.error is not None:
-                raise UserCodeError(state.op.name, spec.partitions, result.error, result.error_traceback)
         state.sizer.observe(outcome.wall_s, per_partition_work, len(specs))
         for spec, result in zip(specs, results):
-            state.estimates.observe(result.work_s, result.input_bytes, result.output_bytes)
-            state.stats.task_done(result)
-            for ref in result.blocks:
-                self._emit(state, ref)
-            for ref in spec.inputs:
-                self._release(ref)
+            if result.lost_inputs:
+                self._recover_inputs(state, spec, result.lost_inputs)
+            elif result.error is not None:
+                self._task_failed(state, spec, result.error, result.error_traceback)
+            else:
+                self._task_succeeded(state, spec, result)
         self._propagate_done()
+
+    def _task_succeeded(self, state: OpState, spec: TaskSpec, result: TaskResult) -> None:
+        state.estimates.observe(result.work_s, result.input_bytes, result.output_bytes)
+        state.stats.task_done(result)
+        self.lineage.register(state.op.name, self._payloads[state.index], spec, result.blocks)
+        self.partitions.add_files(spec.partitions, result.files)
+        for ref in result.blocks:
+            self._emit(state, ref)
+        for ref in spec.inputs:
+            self._release(ref)
+        if spec.read_task is not None:
+            self.partitions.read_done(spec.partitions[0])
+
+    def _task_failed(self, state: OpState, spec: TaskSpec, error: str, remote_traceback: str) -> None:
+        """Retry a failed task up to ``max_task_retries`` times, then fail its input partition."""
+        key = (state.index, spec.task_key)
+        self._attempts[key] = self._attempts.get(key, 0) + 1
+        if self._attempts[key] <= self.ctx.max_task_retries and not self.partitions.is_failed(spec.partitions):
+            log.warning("%s: task %s (input partitions %s) failed, retry %d of %d: %s", state.op.name,
+                        spec.task_key, spec.partitions, self._attempts[key], self.ctx.max_task_retries, error)
+            state.retry_specs.append(spec)
+            return
+        for ref in spec.inputs:
+            self._release(ref)
+        for p in spec.partitions:
+            self.partitions.fail(PartitionFailure(p, self.partitions.label(p), state.op.name, error, remote_traceback))
+            self._drop_partition(p)
+        failures = list(self.partitions.failures.values())
+        if len(failures) > self.ctx.max_failed_partitions:
+            raise PartitionsFailedError(failures, self.ctx.max_failed_partitions)
+
+    def _drop_partition(self, partition: int) -> None:
+        """A failed partition: its queued blocks and pending work are dropped, never committed."""
+        for state in self.states:
+            state.pending_reads = deque((i, t) for i, t in state.pending_reads if i != partition)
+            dropped = [ref for ref in state.inputs if partition in ref.partitions]
+            dropped += [ref for spec in state.retry_specs if partition in spec.partitions for ref in spec.inputs]
+            state.inputs = deque(ref for ref in state.inputs if partition not in ref.partitions)
+            state.retry_specs = deque(spec for spec in state.retry_specs if partition not in spec.partitions)
+            for ref in dropped:
+                self._release(ref)
+
+    def _recover_inputs(self, state: OpState, spec: TaskSpec, lost: list[str]) -> None:
+        """Inputs of ``spec`` vanished: rebuild them by lineage, then run the task again."""
+        key = (state.index, f"lost:{spec.task_key}")
+        self._attempts[key] = self._attempts.get(key, 0) + 1
+        if self._attempts[key] > 3:
+            raise StreamBatchError(f"{state.op.name}: inputs of task {spec.task_key} keep disappearing: {lost}")
+        for ref in spec.inputs:
+            if ref.block_id in lost:
+                self.lineage.rebuild(ref, self._run_now, lambda path: path in self._path_refs)
+        state.retry_specs.append(spec)
+
+    def _run_now(self, op_blob: bytes, spec: TaskSpec) -> TaskResult:
+        return cloudpickle.loads(self.backend.run_now(op_blob, cloudpickle.dumps(spec)))
 
     # -- block flow -------------------------------------------------------------
     def _emit(self, state: OpState, ref: BlockRef, owned: bool = True) -> None:
@@ -375,7 +364,7 @@ class StreamingExecutor:
                 self.memory.used += ref.size_bytes
                 self.memory.peak = max(self.memory.peak, self.memory.used)
                 state.stats.buffered(state.buffered_output_bytes)
-        if state.cut:
+        if state.cut or self.partitions.is_failed(ref.partitions):
             self._release(ref)
         else:
             self._deliver(state.index + 1, ref)
@@ -386,6 +375,7 @@ class StreamingExecutor:
             return
         state = self.states[index]
         if state.op.kind != "limit":
+            self.partitions.hold(ref)
             state.inputs.append(ref)
             return
         remaining = state.op.limit - state.rows_seen
@@ -423,6 +413,7 @@ class StreamingExecutor:
         self.states[limit_index].upstream_done = True
 
     def _release(self, ref: BlockRef, delete: bool = True) -> None:
+        self.partitions.drop(ref)
         with self._lock:
             owner = self._owner.pop(ref.block_id, None)
             if owner is None:

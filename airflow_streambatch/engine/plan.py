@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from airflow_streambatch.engine.blocks import BlockRef
-from airflow_streambatch.engine.datasource import Datasource, ReadTask
+from airflow_streambatch.engine.datasource import Datasource
 from airflow_streambatch.engine.transforms import Compute, Transform, unique_names
 
 SOURCE_COMPUTE = Compute.make("read", num_cpus=1)
@@ -25,9 +25,10 @@ class Read:
 
 @dataclass(frozen=True)
 class InputBlocks:
-    """Blocks that already exist (a materialized dataset)."""
+    """Blocks that already exist (a materialized dataset), with the lineage to rebuild them."""
 
     blocks: tuple[BlockRef, ...]
+    lineage: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class PhysicalOp:
     blocks: tuple[BlockRef, ...] = ()
     limit: int | None = None
     num_blocks: int | None = None
-    read_tasks: list[ReadTask] = field(default_factory=list)
+    lineage: dict = field(default_factory=dict)
 
     @property
     def runs_tasks(self) -> bool:
@@ -77,7 +78,7 @@ def plan(logical: list[LogicalOp], fuse: bool = True) -> list[PhysicalOp]:
     ops = [
         PhysicalOp("read", _source_name(source), read=source)
         if isinstance(source, Read)
-        else PhysicalOp("blocks", _source_name(source), blocks=source.blocks)
+        else PhysicalOp("blocks", _source_name(source), blocks=source.blocks, lineage=source.lineage)
     ]
     for op in rest:
         last = ops[-1]

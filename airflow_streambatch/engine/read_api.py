@@ -18,13 +18,15 @@ import pyarrow.parquet as pq
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.datasource import (
     READ_BATCH_ROWS,
+    Datasource,
     Fragment,
+    expand_paths,
     file_datasource,
     items_datasource,
     range_datasource,
 )
 from airflow_streambatch.engine.plan import Read
-from airflow_streambatch.engine.sinks import resolve
+from airflow_streambatch.engine.filesystems import resolve
 
 
 def _check_blocks(override_num_blocks, where: str) -> None:
@@ -39,25 +41,65 @@ def _open(path: str):
     return fs.open_input_file(inner)
 
 
+def _schema_drift(expected: pa.Schema, found: pa.Schema) -> str:
+    want, got = dict(zip(expected.names, expected.types)), dict(zip(found.names, found.types))
+    parts = [f"missing {name!r}" for name in want if name not in got]
+    parts += [f"extra {name!r}" for name in got if name not in want]
+    parts += [f"{name!r} is {got[name]} not {want[name]}" for name in want if name in got and got[name] != want[name]]
+    return ", ".join(parts)
+
+
 def read_parquet(paths, *, columns: list[str] | None = None, override_num_blocks: int | None = None) -> Dataset:
-    """Parquet files (a file, a directory, or a list); split by row groups when files are few."""
+    """Parquet files (a file, a directory, or a list); split by row groups when files are few.
+
+    Every file must have the schema of the first one (checked as it is read): a file
+    whose columns or types drifted fails its partition with an error naming both files.
+    """
     _check_blocks(override_num_blocks, "read_parquet")
+    suffixes = (".parquet", ".parq")
 
-    def reader(fragment: Fragment):
-        with _open(fragment.path) as handle:
-            pf = pq.ParquetFile(handle)
-            groups = list(fragment.row_groups) if fragment.row_groups is not None else None
-            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
-                yield pa.Table.from_batches([batch])
+    def plan(slots: int, override: int | None, target_bytes: int):
+        files = expand_paths(paths, suffixes)
+        reference, expected = _reference_schema([path for path, _ in files])
 
-    def split(path: str, size: int) -> list[Fragment]:
+        def reader(fragment: Fragment):
+            with _open(fragment.path) as handle:
+                pf = pq.ParquetFile(handle)
+                if not pf.schema_arrow.equals(expected):
+                    raise ValueError(f"schema drift: {_schema_drift(expected, pf.schema_arrow)} "
+                                     f"(compared with {reference})")
+                groups = list(fragment.row_groups) if fragment.row_groups is not None else None
+                for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
+                    yield pa.Table.from_batches([batch])
+
+        listed = [path for path, _ in files]
+        return file_datasource("Parquet", listed, suffixes, reader, _parquet_row_groups).plan(
+            slots, override, target_bytes)
+
+    return Dataset([Read(Datasource("Parquet", plan), override_num_blocks)])
+
+
+def _reference_schema(files: list[str]) -> tuple[str, pa.Schema]:
+    """The schema of the first readable file; unreadable ones fail in their own read task."""
+    problems = []
+    for path in files:
+        try:
+            with _open(path) as handle:
+                return path, pq.ParquetFile(handle).schema_arrow
+        except (OSError, pa.ArrowException) as exc:
+            problems.append(f"{path}: {exc}")
+    raise OSError("no readable parquet file among the inputs:\n" + "\n".join(problems))
+
+
+def _parquet_row_groups(path: str, size: int) -> list[Fragment]:
+    try:
         with _open(path) as handle:
             meta = pq.ParquetFile(handle).metadata
-        if meta.num_row_groups <= 1:
-            return [Fragment(path, size)]
-        return [Fragment(path, meta.row_group(i).total_byte_size, (i,)) for i in builtins.range(meta.num_row_groups)]
-
-    return Dataset([Read(file_datasource("Parquet", paths, (".parquet", ".parq"), reader, split), override_num_blocks)])
+    except (OSError, pa.ArrowException):
+        return [Fragment(path, size)]  # unreadable: its read task fails and names it
+    if meta.num_row_groups <= 1:
+        return [Fragment(path, size)]
+    return [Fragment(path, meta.row_group(i).total_byte_size, (i,)) for i in builtins.range(meta.num_row_groups)]
 
 
 def read_csv(paths, *, override_num_blocks: int | None = None) -> Dataset:

@@ -1,48 +1,53 @@
-"""File sinks: one output file per task, named after the task, committed by rename.
+"""File sinks: sink tasks stage one file per task and partition; the driver commits.
 
-The name ``part-<task key>.<ext>`` depends only on the task's inputs, so a task
-that runs twice (a retry, a replay) writes the same file again instead of a second
-copy; the temporary name keeps readers from ever seeing half a file.
+A task of a write operator streams its rows into
+``<path>/_staging/<run id>/p<partition>/part-<task key>.<ext>`` through a temporary
+name, and reports the file (path, rows, bytes) back to the driver. When every task
+of an input partition has finished, the driver commits the partition
+(`commit.PartitionCommitter`). Bundles never mix input partitions, so a sink task
+always writes for exactly one.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from airflow_streambatch.engine.commit import PartitionCommitter
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
 
 
-def resolve(path: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and the path within it (local paths, ``s3://``, ``gs://``, ``hdfs://``)."""
-    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
-
-
 def _write_json_lines(table: pa.Table, out) -> None:
-    import json
-
     for row in table.to_pylist():
         out.write((json.dumps(row, default=str) + "\n").encode())
 
 
-def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, env) -> tuple[str, int] | None:
-    """Stream ``tables`` into ``<path>/part-<task_key>.<ext>``; return (file, rows), or None if empty."""
-    fs, root = resolve(path)
+def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, env) -> None:
+    """Stream ``tables`` into this task's staged file; record it in ``env.written``."""
+    committer = PartitionCommitter(path, env.run_id)
+    (partition,) = env.partitions
+    fs, root = committer.fs, committer.staging_dir(partition)
     fs.create_dir(root, recursive=True)
-    final = f"{root.rstrip('/')}/part-{env.task_key}.{FILE_FORMATS[file_format]}"
-    tmp = f"{root.rstrip('/')}/.tmp-{env.task_key}-{uuid.uuid4().hex[:8]}"
+    final = f"{root}/part-{env.task_key}.{FILE_FORMATS[file_format]}"
+    tmp = f"{root}/.tmp-{env.task_key}-{uuid.uuid4().hex[:8]}"
     rows = 0
     writer = None
+    schema = None
     try:
         with fs.open_output_stream(tmp) as out:
             for table in tables:
                 if not table.num_rows:
                     continue
+                if schema is None:
+                    schema = table.schema
+                elif not table.schema.equals(schema):
+                    raise TypeError(f"batch schema changed within partition {partition}: {schema} then {table.schema}")
                 rows += table.num_rows
                 if file_format == "parquet":
                     writer = writer or pq.ParquetWriter(out, table.schema)
@@ -59,6 +64,6 @@ def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, e
         raise
     if rows == 0:
         fs.delete_file(tmp)
-        return None
+        return
     fs.move(tmp, final)
-    return (final if "://" not in path else f"{path.split('://')[0]}://{final}"), rows
+    env.written.append((final, rows, fs.get_file_info(final).size))

@@ -105,6 +105,14 @@ class SparkBackend:
                 pass
         self.outcomes.put(outcome)
 
+    def run_now(self, op_blob: bytes, spec_blob: bytes) -> bytes:
+        """Run one task as a Spark job in the calling thread (lineage replays)."""
+        self.sc.addJobTag(self.run_tag)
+        try:
+            return self.sc.parallelize([[spec_blob]], 1).mapPartitions(partial(run_partition, op_blob)).collect()[0]
+        finally:
+            self.sc.removeJobTag(self.run_tag)
+
     def cancel(self) -> None:
         try:
             self.sc.cancelJobsWithTag(self.run_tag)

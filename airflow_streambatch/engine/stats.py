@@ -62,6 +62,7 @@ class RunStats:
     wall_s: float = 0.0
     peak_memory_bytes: int = 0
     launch_log: list[tuple[int, int, int]] = field(default_factory=list)  # (op, tasks, partitions)
+    failed_partitions: list = field(default_factory=list)  # PartitionFailure, within max_failed_partitions
     _start: float = 0.0
 
     def start(self) -> None:
@@ -82,6 +83,8 @@ class RunStats:
             "| operator | tasks | blocks | rows | bytes out | wall s | task s | peak buffered | sched overhead/task |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        for failure in self.failed_partitions:
+            lines.insert(1, f"FAILED {failure.describe()}")
         for op in self.ops:
             lines.append(
                 f"| {op.name} | {op.tasks_done} | {op.blocks_out} | {op.rows_out} | {human_bytes(op.bytes_out)} "

@@ -31,6 +31,7 @@ class OperatorPayload:
     transforms: list[Transform]
     run_dir: str
     target_block_bytes: int
+    run_id: str = ""
 
 
 @dataclass
@@ -54,6 +55,8 @@ class TaskResult:
     error: str | None = None
     error_traceback: str = ""
     pid: int = 0
+    lost_inputs: list[str] = field(default_factory=list)  # input block ids whose files are gone
+    files: list[tuple[str, int, int]] = field(default_factory=list)  # sink files: (path, rows, bytes)
 
 
 def _input_tables(spec: TaskSpec) -> Iterator:
@@ -67,7 +70,10 @@ def _input_tables(spec: TaskSpec) -> Iterator:
 def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     """Run one task to completion; never raises for errors in user code or data."""
     start = time.perf_counter()
-    env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key)
+    lost = [ref.block_id for ref in spec.inputs if not os.path.exists(ref.path)]
+    if lost:  # the driver rebuilds them by lineage, then runs this task again
+        return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost, pid=os.getpid())
+    env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions)
     gpu_env(env.gpu_ids)
     blocks: list[BlockRef] = []
 
@@ -88,8 +94,14 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
 
     builder = BlockBuilder(op.target_block_bytes, emit)
     input_bytes = sum(ref.size_bytes for ref in spec.inputs)
+    schema = None
     try:
         for table in chain(op.transforms, _input_tables(spec), env):
+            if schema is None:
+                schema = table.schema
+            elif table.num_rows and not table.schema.equals(schema):
+                raise TypeError(f"{op.name} produced batches of different schemas in one task: {schema} then "
+                                f"{table.schema}; return the same columns and types from every batch")
             for _ in builder.add(table):
                 pass
         for _ in builder.finish():
@@ -103,7 +115,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
         )
     return TaskResult(
         spec.task_key, blocks, time.perf_counter() - start, input_bytes,
-        sum(ref.size_bytes for ref in blocks), pid=os.getpid(),
+        sum(ref.size_bytes for ref in blocks), pid=os.getpid(), files=env.written,
     )
 
 

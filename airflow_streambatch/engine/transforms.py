@@ -71,6 +71,9 @@ class TaskEnv:
 
     gpu_ids: tuple[str, ...] = ()
     task_key: str = ""
+    run_id: str = ""
+    partitions: tuple[int, ...] = ()
+    written: list[tuple[str, int, int]] = field(default_factory=list)  # sink files: (path, rows, bytes)
 
 
 @dataclass
@@ -168,10 +171,10 @@ class MapRows(Transform):
 
 @dataclass
 class WriteFiles(Transform):
-    """A sink: writes each task's rows to one file, atomically, under a name derived from the task.
+    """A sink: stages each task's rows as one file of its input partition.
 
-    Outputs one row per written file (path, rows), so a write's result is small
-    metadata and the scheduler's accounting of it costs nothing.
+    Yields no rows: the files travel back to the driver as task metadata, and the
+    driver commits each partition once all of its tasks are done (`commit.py`).
     """
 
     path: str = ""
@@ -180,9 +183,8 @@ class WriteFiles(Transform):
     def apply(self, tables, env):
         from airflow_streambatch.engine.sinks import write_task_output
 
-        written = write_task_output(tables, self.path, self.file_format, env)
-        if written is not None:
-            yield pa.table({"path": [written[0]], "num_rows": [written[1]]})
+        write_task_output(tables, self.path, self.file_format, env)
+        yield from ()
 
 
 def chain(transforms: list[Transform], tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:

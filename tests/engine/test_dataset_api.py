@@ -129,18 +129,11 @@ def test_write_and_read_parquet_json_csv_round_trip(ctx, tmp_path):
     ds = sb.range(200, override_num_blocks=4).map(lambda r: {"id": r["id"], "name": f"n{r['id']}"})
     for fmt, reader in (("parquet", sb.read_parquet), ("json", sb.read_json), ("csv", sb.read_csv)):
         out = tmp_path / fmt
-        files = getattr(ds, f"write_{fmt}")(str(out))
-        assert len(files) == 4 and all(os.path.basename(f).startswith("part-") for f in files)
+        result = getattr(ds, f"write_{fmt}")(str(out))
+        assert sorted(result.committed) == [0, 1, 2, 3] and result.rows == 200
+        assert [os.path.relpath(f, out).split(os.sep)[0] for f in result.files] == ["p00000", "p00001", "p00002", "p00003"]
         rows = reader(str(out)).take_all()
         assert sorted((r["id"], r["name"]) for r in rows) == [(i, f"n{i}") for i in range(200)]
-
-
-def test_write_is_idempotent_per_task(ctx, tmp_path):
-    ds = sb.range(100, override_num_blocks=4)
-    first = ds.write_parquet(str(tmp_path / "out"))
-    second = ds.write_parquet(str(tmp_path / "out"))
-    assert first == second
-    assert pq.read_table(str(tmp_path / "out")).num_rows == 100
 
 
 def test_read_parquet_splits_row_groups_to_fill_slots(ctx, tmp_path):

@@ -47,7 +47,7 @@ def test_udf_returning_wrong_type_names_the_operator(ctx):
     def to_list(batch):
         return [1, 2, 3]
 
-    with pytest.raises(sb.UserCodeError, match=r"MapBatches\(to_list\).*returned list; a batch function must"):
+    with pytest.raises(sb.PartitionsFailedError, match=r"MapBatches\(to_list\).*returned list; a batch function must"):
         sb.range(10).map_batches(to_list).count()
 
 
@@ -57,21 +57,43 @@ def test_udf_exception_names_operator_partition_and_carries_traceback(ctx):
             raise RuntimeError("bad row 7")
         return row
 
-    with pytest.raises(sb.UserCodeError) as info:
+    with pytest.raises(sb.PartitionsFailedError) as info:
         sb.range(10, override_num_blocks=5).map(explode_on_7).count()
     err = info.value
-    assert err.partitions == (3,)  # ids 6-7 are the fourth range partition
-    assert "Map(explode_on_7)" in str(err) and "bad row 7" in str(err)
-    assert "explode_on_7" in err.remote_traceback
+    assert [f.partition for f in err.failures] == [3]  # ids 6-7 are the fourth range partition
+    assert "Map(explode_on_7)" in str(err) and "bad row 7" in str(err) and "range[6:8]" in str(err)
+    assert "max_failed_partitions" in str(err)
+    assert "explode_on_7" in err.failures[0].traceback
 
 
 def test_corrupt_parquet_file_error_names_the_file(ctx, tmp_path):
     good = sb.range(10).write_parquet(str(tmp_path / "in"))
     bad = tmp_path / "in" / "corrupt.parquet"
     bad.write_bytes(b"PAR1 this is not parquet at all")
-    with pytest.raises(sb.UserCodeError, match="corrupt.parquet") as info:
-        sb.read_parquet(str(tmp_path / "in"), override_num_blocks=len(good) + 1).count()
+    with pytest.raises(sb.PartitionsFailedError, match="corrupt.parquet") as info:
+        sb.read_parquet(str(tmp_path / "in"), override_num_blocks=len(good.files) + 1).count()
     assert "ReadParquet" in str(info.value)
+
+
+def test_schema_drift_between_files_names_both_files(ctx, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "name": ["a", "b"]}), tmp_path / "in" / "a.parquet")
+    pq.write_table(pa.table({"id": ["3"], "name": ["c"]}), tmp_path / "in" / "b.parquet")
+    with pytest.raises(sb.PartitionsFailedError, match=r"b.parquet.*schema drift: 'id' is string not int64.*a.parquet"):
+        sb.read_parquet(str(tmp_path / "in"), override_num_blocks=2).count()
+
+
+def test_udf_changing_schema_between_batches_is_named(ctx):
+    def flaky_schema(batch):
+        if batch["id"][0].as_py() == 0:
+            return batch
+        return batch.append_column("extra", batch["id"])
+
+    with pytest.raises(sb.PartitionsFailedError, match=r"MapBatches\(flaky_schema\) produced batches of different"):
+        sb.range(10, override_num_blocks=1).map_batches(flaky_schema, batch_size=5).count()
 
 
 def test_missing_input_path_is_a_clear_error(ctx, tmp_path):
