@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/standalone_cluster.py
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Python workers import user functions by module name, like any Spark job: make the
 # test modules importable there (pytest only puts them on the driver's sys.path).

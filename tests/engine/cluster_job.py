@@ -1,0 +1,76 @@
+"""A pipeline run against a standalone cluster, in its own process (a process holds one
+SparkContext, and the test session's is local). Prints one ``RESULT {json}`` line.
+
+    python cluster_job.py MASTER INPUT OUTPUT BLOCK_DIR MARKERS MODE [SLEEP_S] [MAX_FAILED]
+
+MODE: ``none``, ``raise:<id>,<id>`` (the UDF always fails on those ids) or
+``kill-python:<id>`` (the Python worker running that id kills itself, once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def _first_time(marker_dir: str, key: str) -> bool:
+    try:
+        os.close(os.open(os.path.join(marker_dir, key), os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
+class Work:
+    def __init__(self, mode: str, markers: str, sleep_s: float):
+        self.kind, _, ids = mode.partition(":")
+        self.ids = {int(i) for i in ids.split(",") if i}
+        self.markers, self.sleep_s = markers, sleep_s
+
+    def __call__(self, batch):
+        time.sleep(self.sleep_s)
+        for i in batch["id"].to_pylist():
+            if i in self.ids and self.kind == "raise":
+                raise ValueError(f"poisoned row {i}")
+            if i in self.ids and self.kind == "kill-python" and _first_time(self.markers, f"killed-{i}"):
+                os._exit(1)
+        return batch.append_column("worker_pid", batch["id"].cast("int64"))
+
+
+def main() -> None:
+    master, source, output, block_dir, markers, mode = sys.argv[1:7]
+    sleep_s = float(sys.argv[7]) if len(sys.argv) > 7 else 0.2
+    max_failed = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+    from pyspark.sql import SparkSession
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spark = (
+        SparkSession.builder.master(master).appName("streambatch-cluster-test")
+        .config("spark.executor.cores", "2").config("spark.cores.max", "4").config("spark.executor.memory", "512m")
+        .config("spark.pyspark.python", sys.executable).config("spark.executorEnv.PYTHONPATH", here)
+        .config("spark.ui.enabled", "false").config("spark.scheduler.mode", "FAIR")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    import airflow_streambatch.engine as sb
+
+    ctx = sb.DataContext(block_dir=block_dir, max_failed_partitions=max_failed, progress_interval_s=2,
+                         resources={"CPU": 4})
+    sb.DataContext._set_current(ctx)
+    ds = sb.read_parquet(source, override_num_blocks=12).map_batches(Work, fn_constructor_args=(mode, markers, sleep_s))
+    started = time.time()
+    try:
+        result = ds.write_parquet(output)
+        summary = {"committed": sorted(result.committed), "skipped": sorted(result.skipped),
+                   "failed": [{"partition": f.partition, "label": f.label, "error": f.error} for f in result.failed]}
+    except sb.PartitionsFailedError as exc:
+        summary = {"error": str(exc), "failed": [f.partition for f in exc.failures]}
+    summary["wall_s"] = time.time() - started
+    print("RESULT " + json.dumps(summary), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
