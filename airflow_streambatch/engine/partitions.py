@@ -3,8 +3,9 @@
 When a run commits or isolates per partition, every block descends from exactly one
 input partition (bundles do not mix them then), so the driver can tell when a
 partition has left the pipeline: its read task is done and none of its blocks waits
-in a queue or feeds a running task. At that moment a write's partition is committed (`commit.PartitionCommitter`), unless it failed.
-Failing a partition drops its blocks and never commits it; the rest go on.
+in a queue or feeds a running task. At that moment a write's partition is committed
+(`commit.PartitionCommitter`), unless it failed. Failing a partition drops its
+blocks and never commits it; the rest go on.
 """
 
 from __future__ import annotations
