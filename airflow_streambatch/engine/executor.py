@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import shutil
 import threading
 import time
@@ -34,7 +35,7 @@ from airflow_streambatch.engine.partitions import PartitionTracker
 from airflow_streambatch.engine.plan import PhysicalOp
 from airflow_streambatch.engine.resources import ResourcePool
 from airflow_streambatch.engine.scheduler import MemoryState, make_policy
-from airflow_streambatch.engine.spark_backend import SparkBackend, get_spark, slots_from_spark
+from airflow_streambatch.engine.spark_backend import SparkBackend, get_spark, ship_package, slots_from_spark
 from airflow_streambatch.engine.stats import RunStats, progress_line
 from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSpec
 from airflow_streambatch.engine.transforms import WriteFiles
@@ -82,6 +83,7 @@ class StreamingExecutor:
     def start(self) -> StreamingExecutor:
         total_slots = sum((self.ctx.resources or {}).values())
         self.spark = get_spark(min_slots=int(total_slots))
+        ship_package(self.spark)
         resources = self.ctx.resources or slots_from_spark(self.spark)
         self.pool = ResourcePool(resources)
         self.memory = MemoryState(self.ctx.memory_limit)
@@ -208,7 +210,8 @@ class StreamingExecutor:
         """Launch a group as one Spark job: one partition per free slot, each running up
         to ``sizer.depth`` tasks in turn (never deeper than the ready tasks need)."""
         partitions = state.usable_slots()
-        want = partitions * state.sizer.depth(state.estimates.task_s)
+        capacity = self.pool.capacity_for(state.op.compute)
+        want = partitions * state.sizer.depth(state.estimates.task_s, state.ready_tasks(), capacity)
         specs: list[TaskSpec] = []
         reserved = 0.0
         while len(specs) < want and state.has_input():
@@ -275,7 +278,7 @@ class StreamingExecutor:
         state.running_tasks -= len(specs)
         self.memory.reserved = max(0.0, self.memory.reserved - reserved)
         if outcome.error is not None:  # Spark lost the job (worker crash, executor lost): retry its tasks
-            message = f"Spark job failed: {type(outcome.error).__name__}: {str(outcome.error).splitlines()[0]}"
+            message = f"Spark job failed: {_root_cause(outcome.error)}"
             for spec in specs:
                 self._task_failed(state, spec, message, str(outcome.error))
             return
@@ -464,6 +467,14 @@ class StreamingExecutor:
     # -- cleanup ----------------------------------------------------------------
     def cleanup(self) -> None:
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _root_cause(error: BaseException) -> str:
+    """The line that says what went wrong in a Spark error (its last ``Name: message``
+    line: Python exceptions come wrapped in a JVM stack trace)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit)\b.*:", line)]
+    return causes[-1] if causes else f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> list[list[BlockRef]]:

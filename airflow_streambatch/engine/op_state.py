@@ -82,6 +82,10 @@ class OpState:
             return self.estimates.output_for_input(0, pessimistic)
         return self.estimates.output_for_input(self.next_task_input_bytes(), pessimistic)
 
+    def ready_tasks(self) -> int:
+        """About how many tasks could start now (blocks stand in for bundles)."""
+        return len(self.retry_specs) + len(self.pending_reads) + len(self.groups) + len(self.inputs)
+
     def usable_slots(self) -> int:
         return self.pool.slots_for(self.index, self.op.compute)
 

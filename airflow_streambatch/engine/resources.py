@@ -40,6 +40,11 @@ class ResourcePool:
             fit = min(fit, compute.concurrency - self.running.get(op, 0))
         return max(0, fit)
 
+    def capacity_for(self, compute: Compute) -> int:
+        """Tasks of this request that fit in the whole pool (at most its concurrency)."""
+        fit = min((int(self.totals.get(name, 0) // amount + 1e-9) for name, amount in compute.resources), default=0)
+        return min(fit, compute.concurrency) if compute.concurrency is not None else fit
+
     def acquire(self, op: int, compute: Compute) -> tuple[str, ...]:
         """Take one task's slots; returns the GPU ids assigned to it (local mode)."""
         for name, amount in compute.resources:

@@ -43,6 +43,8 @@ def main() -> None:
     master, source, output, block_dir, markers, mode = sys.argv[1:7]
     sleep_s = float(sys.argv[7]) if len(sys.argv) > 7 else 0.2
     max_failed = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+    # PySpark's driver picks the executors' interpreter from this variable ("python3" if unset)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +61,9 @@ def main() -> None:
     ctx = sb.DataContext(block_dir=block_dir, max_failed_partitions=max_failed, progress_interval_s=2,
                          resources={"CPU": 4})
     sb.DataContext._set_current(ctx)
-    ds = sb.read_parquet(source, override_num_blocks=12).map_batches(Work, fn_constructor_args=(mode, markers, sleep_s))
+    partitions = len(os.listdir(source))  # one input partition per file
+    ds = sb.read_parquet(source, override_num_blocks=partitions).map_batches(
+        Work, fn_constructor_args=(mode, markers, sleep_s))
     started = time.time()
     try:
         result = ds.write_parquet(output)
