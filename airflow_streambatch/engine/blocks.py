@@ -117,9 +117,6 @@ class BlockBuilder:
         table = self._combined()
         bytes_per_row = max(1.0, table.nbytes / table.num_rows)
         rows = max(1, int(self._target // bytes_per_row))
-        if rows >= table.num_rows and table.nbytes < self._target:
-            self._buffer = [table]
-            return
         yield self._emit(table.slice(0, rows))
         rest = table.slice(rows)
         self._buffer = [rest] if rest.num_rows else []

@@ -30,7 +30,26 @@ def _positive_int(value, what: str, allow_zero: bool = False) -> None:
         raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
 
 
-class Dataset:
+class _Batches:
+    """``iter_batches`` and ``iter_rows`` over whatever ``_iter_tables`` yields."""
+
+    def _iter_tables(self) -> Iterator[pa.Table]:
+        raise NotImplementedError
+
+    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "pyarrow") -> Iterator:
+        """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format``."""
+        check_batch_format(batch_format, "iter_batches")
+        if batch_size is not None:
+            _positive_int(batch_size, "iter_batches: batch_size")
+        for batch in rebatch(self._iter_tables(), batch_size):
+            yield to_format(batch, batch_format)
+
+    def iter_rows(self) -> Iterator[dict]:
+        for table in self._iter_tables():
+            yield from table.to_pylist()
+
+
+class Dataset(_Batches):
     """A lazy pipeline of blocks. Build it with ``read_*``/``from_items``/``range``."""
 
     def __init__(self, logical: list, context: DataContext | None = None):
@@ -136,18 +155,6 @@ class Dataset:
         for _, ref in self._iter_refs():
             yield read_block(ref)
 
-    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "pyarrow") -> Iterator:
-        """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format``."""
-        check_batch_format(batch_format, "iter_batches")
-        if batch_size is not None:
-            _positive_int(batch_size, "iter_batches: batch_size")
-        for batch in rebatch(self._iter_tables(), batch_size):
-            yield to_format(batch, batch_format)
-
-    def iter_rows(self) -> Iterator[dict]:
-        for table in self._iter_tables():
-            yield from table.to_pylist()
-
     def iter_split(self, n: int) -> list[DataIterator]:
         """``n`` iterators that share one execution; each takes the next block when it is ready."""
         _positive_int(n, "iter_split(n): n")
@@ -252,23 +259,14 @@ class _SplitCoordinator:
                 return None
 
 
-class DataIterator:
-    """One shard of ``Dataset.iter_split``: iterate it from its own thread or process."""
+class DataIterator(_Batches):
+    """One shard of ``Dataset.iter_split``: iterate it from its own thread."""
 
     def __init__(self, coordinator: _SplitCoordinator, index: int):
         self._coordinator = coordinator
         self.index = index
 
-    def _tables(self) -> Iterator[pa.Table]:
+    def _iter_tables(self) -> Iterator[pa.Table]:
         while (table := self._coordinator.next_table()) is not None:
             yield table
-
-    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "pyarrow") -> Iterator:
-        check_batch_format(batch_format, "iter_batches")
-        for batch in rebatch(self._tables(), batch_size):
-            yield to_format(batch, batch_format)
-
-    def iter_rows(self) -> Iterator[dict]:
-        for table in self._tables():
-            yield from table.to_pylist()
 

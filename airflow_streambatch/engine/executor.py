@@ -52,12 +52,13 @@ def _ensure_progress_visible() -> None:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
 
+
 _DONE = object()
 NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
 
 
 class StreamingExecutor:
-    """Runs one physical plan; iterate ``outputs()`` for the final blocks."""
+    """Runs one physical plan. Output blocks, then ``_DONE`` or the error, arrive on ``outputs``."""
 
     def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None):
         self.ctx = (ctx or DataContext.get_current()).copy()
@@ -91,7 +92,6 @@ class StreamingExecutor:
         self.states = [OpState(i, op, self.ctx, self.pool) for i, op in enumerate(self.ops)]
         for state in self.states:
             state.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
-        for state in self.states:
             if state.op.runs_tasks:
                 self.pool.check_feasible(state.op.compute, state.op.name)
         self._plan_source()

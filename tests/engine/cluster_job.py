@@ -15,7 +15,8 @@ import sys
 import time
 
 
-def _first_time(marker_dir: str, key: str) -> bool:
+def first_time(marker_dir: str, key: str) -> bool:
+    """True exactly once per key across all processes (O_EXCL file creation)."""
     try:
         os.close(os.open(os.path.join(marker_dir, key), os.O_CREAT | os.O_EXCL))
         return True
@@ -34,7 +35,7 @@ class Work:
         for i in batch["id"].to_pylist():
             if i in self.ids and self.kind == "raise":
                 raise ValueError(f"poisoned row {i}")
-            if i in self.ids and self.kind == "kill-python" and _first_time(self.markers, f"killed-{i}"):
+            if i in self.ids and self.kind == "kill-python" and first_time(self.markers, f"killed-{i}"):
                 os._exit(1)
         return batch.append_column("worker_pid", batch["id"].cast("int64"))
 

@@ -15,15 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as sb
-
-
-def _first_time(marker_dir: str, key: str) -> bool:
-    """True exactly once per key across all processes (O_EXCL file creation)."""
-    try:
-        os.close(os.open(os.path.join(marker_dir, key), os.O_CREAT | os.O_EXCL))
-        return True
-    except FileExistsError:
-        return False
+from cluster_job import first_time
 
 
 class FailOn:
@@ -34,7 +26,7 @@ class FailOn:
 
     def __call__(self, batch):
         for i in batch["id"].to_pylist():
-            if i in self.ids and (self.marker_dir is None or _first_time(self.marker_dir, str(i))):
+            if i in self.ids and (self.marker_dir is None or first_time(self.marker_dir, str(i))):
                 raise ValueError(f"poisoned row {i}")
         return batch
 
@@ -79,7 +71,7 @@ def test_user_error_is_retried_and_then_succeeds(ctx, tmp_path):
 
 
 def _kill_worker_once(batch, marker_dir):
-    if 42 in batch["id"].to_pylist() and _first_time(marker_dir, "killed"):
+    if 42 in batch["id"].to_pylist() and first_time(marker_dir, "killed"):
         os._exit(1)  # the Python worker process dies mid-task
     return batch
 
