@@ -14,6 +14,8 @@ rows added and the target, so a replayed task emits the same blocks.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -73,6 +75,48 @@ def read_block(ref: BlockRef) -> pa.Table:
     if ref.offset or ref.length is not None:
         table = table.slice(ref.offset, ref.length if ref.length is not None else table.num_rows - ref.offset)
     return table
+
+
+OWNER_FILE = "_driver"
+
+
+def create_run_dir(block_dir: str, run_id: str) -> str:
+    """Make this run's block directory, marked with the driver that owns it, after
+    removing the directories of drivers on this host that died without cleaning up
+    (a killed driver would otherwise leave its blocks in tmpfs, that is, in memory)."""
+    _sweep_orphans(block_dir)
+    run_dir = os.path.join(block_dir, f"run-{run_id}")
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, OWNER_FILE), "w") as f:
+        f.write(f"{socket.gethostname()} {os.getpid()}")
+    return run_dir
+
+
+def _sweep_orphans(block_dir: str) -> None:
+    host = socket.gethostname()
+    try:
+        entries = os.listdir(block_dir)
+    except FileNotFoundError:
+        return
+    for name in entries:
+        path = os.path.join(block_dir, name)
+        try:
+            with open(os.path.join(path, OWNER_FILE)) as f:
+                owner_host, pid = f.read().split()
+        except (OSError, ValueError):
+            continue  # not ours, or a materialized dataset's (no owner file): leave it
+        if owner_host == host and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_block_schema(ref: BlockRef) -> pa.Schema:

@@ -25,7 +25,7 @@ from collections import deque
 
 from pyspark import cloudpickle
 
-from airflow_streambatch.engine.blocks import BlockRef
+from airflow_streambatch.engine.blocks import BlockRef, create_run_dir
 from airflow_streambatch.engine.commit import PartitionCommitter
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import PartitionFailure, PartitionsFailedError, StreamBatchError
@@ -96,7 +96,7 @@ class StreamingExecutor:
                 self.pool.check_feasible(state.op.compute, state.op.name)
         self._plan_source()
         self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
-        os.makedirs(self.run_dir, exist_ok=True)
+        create_run_dir(self.ctx.block_dir, self.run_id)
         if self.ctx.progress_interval_s:
             _ensure_progress_visible()
         self._thread = threading.Thread(target=self._run, name=f"streambatch-{self.run_id}", daemon=True)

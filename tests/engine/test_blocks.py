@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 
@@ -69,3 +71,24 @@ def test_small_blocks_are_coalesced_for_downstream_tasks(ctx):
     assert ds.count() == 20_000
     downstream = ds.last_run_stats.ops[1]
     assert downstream.tasks_done < 40  # 40 blocks of 4 KB were bundled into fewer tasks
+
+
+def test_block_dirs_of_dead_drivers_are_swept_and_live_ones_kept(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    from airflow_streambatch.engine.blocks import OWNER_FILE, create_run_dir
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / "run-orphan"
+    orphan.mkdir()
+    (orphan / OWNER_FILE).write_text(f"{socket.gethostname()} {dead.stdout.strip()}")
+    (orphan / "0-p00000-0.arrow").write_bytes(b"x" * 1000)
+    foreign = tmp_path / "run-other-host"
+    foreign.mkdir()
+    (foreign / OWNER_FILE).write_text(f"some-other-host {dead.stdout.strip()}")
+    mine = create_run_dir(str(tmp_path), "new")
+    assert not orphan.exists() and foreign.exists()
+    create_run_dir(str(tmp_path), "another")
+    assert os.path.isdir(mine)  # this process is alive: its run directory stays
