@@ -12,6 +12,7 @@ operator's id and the task's GPU ids, so a model loads once per worker and devic
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import os
@@ -86,10 +87,6 @@ class Transform:
 
     def apply(self, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
         raise NotImplementedError
-
-
-def _callable_name(fn) -> str:
-    return getattr(fn, "__name__", type(fn).__name__)
 
 
 @dataclass
@@ -195,7 +192,10 @@ def chain(transforms: list[Transform], tables: Iterator[pa.Table], env: TaskEnv)
 
 
 def describe(fn) -> str:
-    return _callable_name(fn)
+    """A function's or class's name for operator names (``MapBatches(embed)``)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def unique_names(names: list[str]) -> list[str]:
