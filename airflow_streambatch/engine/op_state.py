@@ -11,6 +11,7 @@ run commits or isolates failures per partition.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import deque
 
 from airflow_streambatch.engine.blocks import BlockRef
@@ -95,14 +96,23 @@ class OpState:
         return self.upstream_done and idle and self.running_tasks == 0
 
     # -- bundling (coalescing small blocks) ------------------------------------
+    def _blocks_per_task_cap(self) -> int:
+        """Coalesce no more blocks per task than keeps every free slot busy: bundling
+        small blocks saves per-task overhead only when there is a backlog. (W2 once
+        bundled four tiny read blocks into one task and ran an expanding stage serially.)"""
+        return max(1, math.ceil(len(self.inputs) / max(1, self.usable_slots())))
+
     def _peek_bundle(self) -> list[BlockRef]:
         if self.op.kind == "repartition":
             return self.groups[0] if self.groups else []
+        cap = self._blocks_per_task_cap()
         bundle, size, rows = [], 0, 0
         for ref in self.inputs:
             too_big = size + ref.size_bytes > self.ctx.target_max_block_size
             if bundle and (too_big or (not self.mix_partitions and ref.partitions != bundle[0].partitions)):
                 break  # full, or another input partition where partitions must stay apart
+            if bundle and rows >= self.min_rows and len(bundle) >= cap:
+                break
             bundle.append(ref)
             size += ref.size_bytes
             rows += ref.num_rows
@@ -111,11 +121,13 @@ class OpState:
         return bundle
 
     def _bundle_ready(self) -> bool:
+        """A bundle may start when it is big enough (bytes, or the slot cap) and has the
+        first transform's ``batch_size`` rows, or when no more input can join it."""
         bundle = self._peek_bundle()
         size = sum(r.size_bytes for r in bundle)
         rows = sum(r.num_rows for r in bundle)
-        full = size >= self.ctx.target_min_block_size and rows >= self.min_rows
-        return full or len(bundle) < len(self.inputs)
+        big_enough = size >= self.ctx.target_min_block_size or len(bundle) >= self._blocks_per_task_cap()
+        return (big_enough and rows >= self.min_rows) or len(bundle) < len(self.inputs)
 
     def take_bundle(self) -> list[BlockRef]:
         if self.op.kind == "repartition":
