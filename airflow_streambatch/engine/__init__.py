@@ -16,7 +16,6 @@ from airflow_streambatch.engine.errors import (
     PartitionFailure,
     PartitionsFailedError,
     StreamBatchError,
-    TaskLaunchError,
     UserCodeError,
 )
 from airflow_streambatch.engine.partitions import WriteResult
@@ -39,7 +38,6 @@ __all__ = [
     "PartitionFailure",
     "PartitionsFailedError",
     "StreamBatchError",
-    "TaskLaunchError",
     "UserCodeError",
     "WriteResult",
     "from_items",

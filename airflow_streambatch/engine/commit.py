@@ -11,7 +11,7 @@ directory into place (replacing what an earlier, uncommitted attempt left) and
 then writes the record through a temporary name. A replayed partition therefore
 never leaves a second copy, and a run that finds a record skips the partition
 without running anything for it. Readers skip ``_``-prefixed paths, so they never
-see staged files; ``committed_files`` lists exactly the committed ones.
+see staged files; ``WriteResult.files`` lists exactly the committed ones.
 """
 
 from __future__ import annotations
@@ -86,18 +86,7 @@ class PartitionCommitter:
         self.fs.move(tmp, target)
         return record
 
-    def abort(self, partition: int) -> None:
-        """Drop what this run staged for a failed partition."""
-        staged = self.staging_dir(partition)
-        if self.fs.get_file_info(staged).type != pafs.FileType.NotFound:
-            self.fs.delete_dir(staged)
-
     def cleanup(self) -> None:
         run_staging = f"{self.root}/_staging/{self.run_id}"
         if self.fs.get_file_info(run_staging).type != pafs.FileType.NotFound:
             self.fs.delete_dir(run_staging)
-
-    def committed_files(self) -> list[str]:
-        """Full paths of every committed file, partition by partition."""
-        prefix = self.path
-        return [f"{prefix}/{name}" for _, rec in sorted(self.committed().items()) for name in rec.files]

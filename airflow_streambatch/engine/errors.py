@@ -27,10 +27,6 @@ class UserCodeError(StreamBatchError):
         super().__init__(text)
 
 
-class TaskLaunchError(StreamBatchError):
-    """Spark could not run a group of tasks (executor lost, worker crashed)."""
-
-
 class LineageError(StreamBatchError):
     """A lost block could not be rebuilt (its producer is unknown or not deterministic)."""
 

@@ -26,7 +26,6 @@ class OpStats:
     peak_buffered_bytes: int = 0
     first_launch: float | None = None
     last_finish: float | None = None
-    worker_pids: set[int] = field(default_factory=set)
     scheduling_overhead_s: float = 0.0
     overhead_per_task_s: float = 0.0
 
@@ -41,7 +40,6 @@ class OpStats:
         self.rows_out += sum(ref.num_rows for ref in result.blocks)
         self.bytes_out += result.output_bytes
         self.work_s += result.work_s
-        self.worker_pids.add(result.pid)
         self.last_finish = time.monotonic()
 
     def buffered(self, nbytes: int) -> None:

@@ -54,7 +54,6 @@ class TaskResult:
     output_bytes: int
     error: str | None = None
     error_traceback: str = ""
-    pid: int = 0
     lost_inputs: list[str] = field(default_factory=list)  # input block ids whose files are gone
     files: list[tuple[str, int, int]] = field(default_factory=list)  # sink files: (path, rows, bytes)
 
@@ -72,7 +71,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     start = time.perf_counter()
     lost = [ref.block_id for ref in spec.inputs if not os.path.exists(ref.path)]
     if lost:  # the driver rebuilds them by lineage, then runs this task again
-        return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost, pid=os.getpid())
+        return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost)
     env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions)
     gpu_env(env.gpu_ids)
     blocks: list[BlockRef] = []
@@ -111,11 +110,11 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
             _remove(ref.path)
         return TaskResult(
             spec.task_key, [], time.perf_counter() - start, input_bytes, 0,
-            error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(), pid=os.getpid(),
+            error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(),
         )
     return TaskResult(
         spec.task_key, blocks, time.perf_counter() - start, input_bytes,
-        sum(ref.size_bytes for ref in blocks), pid=os.getpid(), files=env.written,
+        sum(ref.size_bytes for ref in blocks), files=env.written,
     )
 
 
