@@ -1,0 +1,71 @@
+"""Frontiers: when have an epoch's inputs stopped changing?
+
+A frontier is a lower bound on the times of data still to come (the timestamp
+tokens of ../shared/seeds/003): once it passes the interval's end, the epoch's
+inputs are complete. Each check here answers that from what a producer leaves
+behind: a marker file, a watermark it advances, or, lacking both, files that stayed
+unchanged for a quiet period.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pyarrow.fs as pafs
+
+from airflow_streambatch.engine.filesystems import resolve
+
+
+def _exists(path: str) -> bool:
+    fs, inner = resolve(path)
+    return fs.get_file_info(inner).type != pafs.FileType.NotFound
+
+
+@dataclass(frozen=True)
+class MarkerFile:
+    """Complete when ``path`` exists (e.g. ``in/2026-11-22/_SUCCESS``)."""
+
+    path: str
+
+    def passed(self, interval_end: datetime) -> bool:
+        return _exists(self.path)
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """Complete when the ISO-8601 timestamp in ``path`` is at or past the interval's end."""
+
+    path: str
+
+    def passed(self, interval_end: datetime) -> bool:
+        if not _exists(self.path):
+            return False
+        fs, inner = resolve(self.path)
+        with fs.open_input_stream(inner) as f:
+            text = f.read().decode().strip()
+        try:
+            mark = datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise ValueError(f"watermark file {self.path} must hold an ISO-8601 timestamp, got {text!r}") from exc
+        if (mark.tzinfo is None) != (interval_end.tzinfo is None):
+            raise ValueError(f"watermark {text!r} in {self.path} and the interval end {interval_end.isoformat()} "
+                             "must both carry a timezone (or both not)")
+        return mark >= interval_end
+
+
+@dataclass(frozen=True)
+class Quiescence:
+    """Complete when the input listing has not changed for ``quiet_period_s`` seconds.
+
+    Pokes are independent (a rescheduled sensor is a new process), so ``observe``
+    takes and returns a small JSON state for the caller to keep between pokes.
+    """
+
+    quiet_period_s: float
+
+    def observe(self, state: dict | None, listing: dict, now: float) -> tuple[bool, dict]:
+        """``listing`` maps path -> [size, mtime]; returns (passed, state to keep)."""
+        if state is None or state.get("listing") != listing:
+            state = {"listing": listing, "since": now}
+        return bool(listing) and now - state["since"] >= self.quiet_period_s, state
