@@ -386,8 +386,9 @@ class StreamingExecutor:
             self._release(ref)
             return
         if ref.num_rows > remaining:
-            self._retarget(ref, ref.slice(0, remaining))
-            ref = ref.slice(0, remaining)
+            part = ref.slice(0, remaining)
+            self._retarget(ref, part)
+            ref = part
         state.rows_seen += ref.num_rows
         state.stats.rows_out += ref.num_rows
         self._deliver(index + 1, ref)

@@ -15,7 +15,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_streambatch.engine.dataset import Dataset
+from airflow_streambatch.engine.dataset import Dataset, _positive_int
 from airflow_streambatch.engine.datasource import (
     READ_BATCH_ROWS,
     Datasource,
@@ -171,6 +171,5 @@ def from_items(items: list, *, override_num_blocks: int | None = None) -> Datase
 def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001 - Ray Data's name
     """Integers ``0 .. n-1`` in an ``id`` column."""
     _check_blocks(override_num_blocks, "range")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"range: n must be an integer >= 0, got {n!r}")
+    _positive_int(n, "range: n", allow_zero=True)
     return Dataset([Read(range_datasource(n), override_num_blocks)])
