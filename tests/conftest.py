@@ -3,22 +3,40 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/standalone_cluster.py
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "provider", "dags"))
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Python workers import user functions by module name, like any Spark job: make the
 # test modules importable there (pytest only puts them on the driver's sys.path).
 _here = os.path.dirname(os.path.abspath(__file__))
-_test_dirs = [os.path.join(_here, d) for d in ("", "engine")]
+_test_dirs = [os.path.join(_here, d) for d in ("", "engine", "provider")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*_test_dirs, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+# Airflow reads its home when first imported: give the test session its own (SQLite, no
+# examples), never the developer's.
+AIRFLOW_HOME = tempfile.mkdtemp(prefix="streambatch-airflow-home-")
+os.environ["AIRFLOW_HOME"] = AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_here, "provider", "dags")
+
 SPARK_SLOTS = 4
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """A migrated SQLite metadata database in the session's AIRFLOW_HOME."""
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    subprocess.run([airflow, "db", "migrate"], check=True, capture_output=True, timeout=300)
+    return AIRFLOW_HOME
 
 
 @pytest.fixture(scope="session")

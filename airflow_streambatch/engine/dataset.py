@@ -10,12 +10,13 @@ from __future__ import annotations
 import shutil
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
 from airflow_streambatch.engine.batches import check_batch_format, rebatch, to_format
 from airflow_streambatch.engine.blocks import BlockRef, read_block, read_block_schema
+from airflow_streambatch.engine.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.executor import _DONE, StreamingExecutor
 from airflow_streambatch.engine.partitions import WriteResult
@@ -115,17 +116,18 @@ class Dataset(_Batches):
         return self._with(Repartition(num_blocks))
 
     # -- execution ----------------------------------------------------------------
-    def _start(self) -> StreamingExecutor:
+    def _start(self, on_commit=None) -> StreamingExecutor:
         ctx = self.context
         executor = StreamingExecutor(plan(list(self._logical), ctx.enable_operator_fusion), ctx)
+        executor.partitions.on_commit = on_commit
         return executor.start()
 
-    def _iter_refs(self, delete: bool = True) -> Iterator[tuple[StreamingExecutor, BlockRef]]:
+    def _iter_refs(self, delete: bool = True, on_commit=None) -> Iterator[tuple[StreamingExecutor, BlockRef]]:
         """Run the plan and yield output block references as they are produced.
 
         The caller reads each block before asking for the next; it is released then.
         """
-        executor = self._start()
+        executor = self._start(on_commit)
         finished = False
         try:
             while True:
@@ -185,7 +187,7 @@ class Dataset(_Batches):
         return MaterializedDataset(refs, executor.run_dir, executor.lineage.records, self._last_stats, self._context)
 
     # -- sinks ----------------------------------------------------------------------
-    def _write(self, path: str, file_format: str) -> WriteResult:
+    def _write(self, path: str, file_format: str, on_commit) -> WriteResult:
         if any(isinstance(op, Repartition) for op in self._logical):
             raise ValueError(
                 "write_*() commits output per input partition, and repartition() mixes partitions; "
@@ -193,27 +195,29 @@ class Dataset(_Batches):
             )
         name = f"Write{file_format.capitalize()}"
         written = self._with(WriteFiles(name=name, compute=Compute.make(name), path=path, file_format=file_format))
-        for _ in written._iter_refs():
+        for _ in written._iter_refs(on_commit=on_commit):
             pass
         executor = written._last_executor
         self._last_stats = written._last_stats
         return WriteResult(path, dict(executor.partitions.committed), dict(executor.skipped),
                            list(executor.partitions.failures.values()))
 
-    def write_parquet(self, path: str) -> WriteResult:
+    def write_parquet(self, path: str, *, on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
         """Parquet files under ``path/p<partition>/``, committed exactly once per input partition.
 
         Partitions committed by an earlier write to the same path are skipped.
+        ``on_commit`` is called in the driver with each partition's commit record as
+        it lands (the Airflow operator records progress with it).
         """
-        return self._write(path, "parquet")
+        return self._write(path, "parquet", on_commit)
 
-    def write_json(self, path: str) -> WriteResult:
+    def write_json(self, path: str, *, on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
         """JSON Lines files, committed per input partition like `write_parquet`."""
-        return self._write(path, "json")
+        return self._write(path, "json", on_commit)
 
-    def write_csv(self, path: str) -> WriteResult:
+    def write_csv(self, path: str, *, on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
         """CSV files with a header, committed per input partition like `write_parquet`."""
-        return self._write(path, "csv")
+        return self._write(path, "csv", on_commit)
 
     def stats(self) -> str:
         """Per-operator statistics of the last execution of this dataset."""

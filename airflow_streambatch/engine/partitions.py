@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airflow_streambatch.engine.blocks import BlockRef
@@ -49,6 +50,7 @@ class PartitionTracker:
         self.files: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
         self.committed: dict[int, CommitRecord] = {}
         self._held: set[str] = set()
+        self.on_commit: Callable[[CommitRecord], None] | None = None
 
     def add_read(self, partition: int, label: str) -> None:
         """A read task is pending for ``partition``: it is in flight until that task is done."""
@@ -94,3 +96,8 @@ class PartitionTracker:
         self.committed[partition] = record
         log.info("committed partition %d (%s): %d rows in %d file(s)", partition, record.label, record.rows,
                  len(record.files))
+        if self.on_commit is not None:
+            try:
+                self.on_commit(record)
+            except Exception:  # an observer must not fail a partition that is already committed
+                log.exception("on_commit callback failed for partition %d; the commit stands", partition)

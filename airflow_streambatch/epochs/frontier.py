@@ -3,8 +3,12 @@
 A frontier is a lower bound on the times of data still to come (the timestamp
 tokens of ../shared/seeds/003): once it passes the interval's end, the epoch's
 inputs are complete. Each check here answers that from what a producer leaves
-behind: a marker file, a watermark it advances, or, lacking both, files that stayed
-unchanged for a quiet period.
+behind: a marker file, a watermark it advances, a partition directory it publishes
+whole, or, lacking all of these, files that stayed unchanged for a quiet period.
+
+Every frontier answers ``poll(interval_end, listing, state, now) -> (passed, state)``
+so the sensor and its trigger treat them alike; ``state`` is JSON the caller keeps
+between polls (only quiescence needs it).
 """
 
 from __future__ import annotations
@@ -31,6 +35,20 @@ class MarkerFile:
     def passed(self, interval_end: datetime) -> bool:
         return _exists(self.path)
 
+    def poll(self, interval_end: datetime, listing: dict, state: dict | None, now: float) -> tuple[bool, dict | None]:
+        return self.passed(interval_end), state
+
+
+@dataclass(frozen=True)
+class PartitionDirectory:
+    """Complete when the partition directory exists and holds input files (e.g. ``in/ds=2026-11-22/``,
+    published by renaming a finished directory into place, as Hive-style producers do)."""
+
+    path: str
+
+    def poll(self, interval_end: datetime, listing: dict, state: dict | None, now: float) -> tuple[bool, dict | None]:
+        return _exists(self.path) and bool(listing), state
+
 
 @dataclass(frozen=True)
 class Watermark:
@@ -53,6 +71,9 @@ class Watermark:
                              "must both carry a timezone (or both not)")
         return mark >= interval_end
 
+    def poll(self, interval_end: datetime, listing: dict, state: dict | None, now: float) -> tuple[bool, dict | None]:
+        return self.passed(interval_end), state
+
 
 @dataclass(frozen=True)
 class Quiescence:
@@ -64,8 +85,32 @@ class Quiescence:
 
     quiet_period_s: float
 
+    def poll(self, interval_end: datetime, listing: dict, state: dict | None, now: float) -> tuple[bool, dict]:
+        return self.observe(state, listing, now)
+
     def observe(self, state: dict | None, listing: dict, now: float) -> tuple[bool, dict]:
         """``listing`` maps path -> [size, mtime]; returns (passed, state to keep)."""
         if state is None or state.get("listing") != listing:
             state = {"listing": listing, "since": now}
         return bool(listing) and now - state["since"] >= self.quiet_period_s, state
+
+
+FRONTIERS = ("marker", "watermark", "directory", "quiescence")
+
+
+def make_frontier(kind: str, input_path: str, *, marker_path: str | None = None, watermark_path: str | None = None,
+                  quiet_period_s: float = 300.0):
+    """The frontier a sensor's arguments describe (``kind`` is one of `FRONTIERS`)."""
+    if kind == "marker":
+        return MarkerFile(marker_path or f"{input_path.rstrip('/')}/_SUCCESS")
+    if kind == "watermark":
+        if not watermark_path:
+            raise ValueError("frontier='watermark' needs watermark_path: a file holding an ISO-8601 timestamp")
+        return Watermark(watermark_path)
+    if kind == "directory":
+        return PartitionDirectory(input_path)
+    if kind == "quiescence":
+        if quiet_period_s <= 0:
+            raise ValueError(f"quiet_period must be positive for frontier='quiescence', got {quiet_period_s}")
+        return Quiescence(quiet_period_s)
+    raise ValueError(f"frontier={kind!r} is not one of {FRONTIERS}")

@@ -26,11 +26,18 @@ class InputPartition:
     etag: str | None = None
 
 
-def list_inputs(path: str, suffixes: tuple[str, ...] = ()) -> list[InputPartition]:
+def list_inputs(path: str, suffixes: tuple[str, ...] = (), missing_ok: bool = False) -> list[InputPartition]:
     """The input files under ``path`` (hidden and ``_``-prefixed paths skipped), with
-    size and modification time, in path order."""
+    size and modification time, in path order. ``missing_ok``: no files yet is an
+    empty list (a sensor polling for an epoch), not an error."""
+    try:
+        files = expand_paths(path, suffixes)
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise
     partitions = []
-    for file_path, size in expand_paths(path, suffixes):
+    for file_path, size in files:
         fs, inner = resolve(file_path)
         info = fs.get_file_info(inner)
         mtime = info.mtime.timestamp() if info.mtime is not None else None

@@ -1,0 +1,160 @@
+"""Run a user pipeline over one epoch: read the manifest, transform, commit per partition.
+
+The same function serves the in-process operator and the spark-submit application
+(`airflow_streambatch.epochs.spark_app`), so both resume the same way: the commit
+records decide what is left, the durable epoch record guards against changed inputs
+and says what happened, and nothing runs on Spark for a committed partition.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+
+from airflow_streambatch.engine import read_api
+from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.dataset import Dataset
+from airflow_streambatch.engine.partitions import WriteResult
+from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus
+from airflow_streambatch.epochs.manifest import EpochManifest
+
+log = logging.getLogger("airflow_streambatch.epochs")
+
+READERS = {
+    "parquet": read_api.read_parquet,
+    "csv": read_api.read_csv,
+    "json": read_api.read_json,
+    "text": read_api.read_text,
+    "binary_files": read_api.read_binary_files,
+}
+WRITERS = ("parquet", "json", "csv")
+
+Pipeline = Callable[..., Dataset]
+
+
+def load_pipeline(spec: str | Pipeline) -> Pipeline:
+    """``"package.module:function"`` -> the function (a callable passes through)."""
+    if callable(spec):
+        return spec
+    module_name, sep, attr = str(spec).partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"pipeline must be 'module:function' (e.g. 'dags.embed:pipeline'), got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"cannot import pipeline module {module_name!r} of {spec!r}: {exc}. The module must be "
+                          "importable in the Airflow worker (the DAG folder and plugins are on sys.path)") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"pipeline {spec!r}: {module_name} has no function {attr!r}")
+    return fn
+
+
+def check_formats(input_format: str, output_format: str) -> None:
+    if input_format not in READERS:
+        raise ValueError(f"input_format={input_format!r} is not one of {sorted(READERS)}")
+    if output_format not in WRITERS:
+        raise ValueError(f"output_format={output_format!r} is not one of {list(WRITERS)}")
+
+
+def read_epoch(manifest: EpochManifest, input_format: str = "parquet") -> Dataset:
+    """The epoch's inputs as a Dataset: one input partition per manifest file, in manifest order."""
+    return READERS[input_format](manifest.paths, override_num_blocks=len(manifest.paths))
+
+
+def run_epoch(
+    manifest: EpochManifest,
+    pipeline: str | Pipeline,
+    *,
+    output_path: str,
+    input_format: str = "parquet",
+    output_format: str = "parquet",
+    pipeline_kwargs: dict | None = None,
+    full_recompute: bool = False,
+    context_overrides: dict | None = None,
+    on_progress: Callable[[EpochRecord], None] | None = None,
+    spark_ui_url: str | None = None,
+) -> EpochRecord:
+    """Run ``pipeline`` over the epoch and commit each input partition under ``output_path``.
+
+    Partitions committed by an earlier run are skipped; a failing partition is
+    recorded with its error while the others commit (the caller decides whether
+    the epoch failed). An epoch whose record says it succeeded runs nothing unless
+    ``full_recompute``. ``on_progress`` gets the record after every commit.
+    """
+    check_formats(input_format, output_format)
+    fn = load_pipeline(pipeline)
+    checkpoint = EpochCheckpoint(output_path)
+    previous = checkpoint.validate(manifest, full_recompute)
+    if not manifest.partitions:  # a quiet interval: an empty epoch is done, not an error
+        log.warning("epoch %s..%s has no input files; committing it empty", manifest.interval_start,
+                    manifest.interval_end)
+        record = EpochRecord.start(manifest, output_path)
+        record.status, record.tries = "succeeded", (previous.tries if previous else 0) + 1
+        checkpoint.save(record)
+        return record
+    committed = PartitionCommitter(output_path, run_id="inspect").committed()
+    if previous is not None and previous.status == "succeeded" and len(committed) == len(manifest.partitions):
+        log.info("epoch %s..%s already committed all %d partitions to %s; nothing to rerun "
+                 "(set full_recompute=True to recompute it)", manifest.interval_start, manifest.interval_end,
+                 len(committed), output_path)
+        for status in previous.partitions:
+            status.this_try = False
+        return previous
+    manifest.verify_unchanged()
+
+    record = EpochRecord.start(manifest, output_path)
+    record.tries = (previous.tries if previous else 0) + 1
+    record.spark_ui_url = spark_ui_url
+    for index, rec in committed.items():
+        if index < len(record.partitions):
+            record.partitions[index] = PartitionStatus.committed(index, rec, this_try=False)
+    checkpoint.save(record)
+    log.info("epoch %s..%s: %d partitions, %d committed by earlier tries, running the rest into %s",
+             manifest.interval_start, manifest.interval_end, len(manifest.partitions), len(committed), output_path)
+
+    def committed_now(rec: CommitRecord) -> None:
+        record.partitions[rec.partition] = PartitionStatus.committed(rec.partition, rec, this_try=True)
+        checkpoint.save(record)
+        if on_progress is not None:
+            on_progress(record)
+
+    ctx = DataContext.get_current().copy()
+    for name, value in (context_overrides or {}).items():
+        setattr(ctx, name, value)
+    ctx.max_failed_partitions = len(manifest.partitions)  # isolate every failure; the epoch reports them
+    previous_ctx = DataContext.get_current()
+    DataContext._set_current(ctx)
+    try:
+        ds = fn(read_epoch(manifest, input_format), manifest, **(pipeline_kwargs or {}))
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "
+                            f"got {type(ds).__name__}")
+        result: WriteResult = getattr(ds, f"write_{output_format}")(output_path, on_commit=committed_now)
+    finally:
+        DataContext._set_current(previous_ctx)
+
+    for failure in result.failed:
+        record.partitions[failure.partition] = PartitionStatus.failed(failure.partition, failure)
+    record.status = "failed" if record.by_state("failed") or record.by_state("pending") else "succeeded"
+    record.metrics = _metrics(ds)
+    checkpoint.save(record)
+    return record
+
+
+def _metrics(ds: Dataset) -> dict:
+    stats = ds.last_run_stats
+    if stats is None:
+        return {}
+    return {
+        "wall_s": round(stats.wall_s, 3),
+        "peak_buffered_bytes": stats.peak_memory_bytes,
+        "spark_jobs": len(stats.launch_log),
+        "operators": [
+            {"name": op.name, "tasks": op.tasks_done, "rows": op.rows_out, "bytes": op.bytes_out,
+             "wall_s": round(op.wall_s, 3), "task_s": round(op.work_s, 3)}
+            for op in stats.ops
+        ],
+    }

@@ -1,0 +1,207 @@
+"""StreamBatchOperator: run a pipeline over one epoch, commit per input partition, retry only what failed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord
+from airflow_streambatch.epochs.manifest import EpochManifest, list_inputs
+from airflow_streambatch.epochs.runner import check_formats, load_pipeline, run_epoch
+from airflow_streambatch.epochs.spark_app import spec_for
+from airflow_streambatch.hooks.streambatch import StreamBatchHook
+from airflow_streambatch.operators.links import EpochOutputLink, SparkUILink
+from airflow_streambatch.sensors.epoch import epoch_interval
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+STATE_KEY = "epoch_progress"  # Task State Store: committed and failed partitions of the epoch
+DEPLOY_MODES = ("in_process", "spark_submit")
+
+
+class EpochPartitionsFailed(AirflowException):
+    """Some input partitions of the epoch failed; the others are committed and kept."""
+
+    def __init__(self, record: EpochRecord, task_id: str, dag_id: str):
+        self.record = record
+        failed = record.by_state("failed") + record.by_state("pending")
+        committed = record.by_state("committed")
+        lines = "\n".join(f"  - partition {p.index} ({p.path}) in {p.operator}: {p.error}" if p.state == "failed"
+                          else f"  - partition {p.index} ({p.path}): did not finish" for p in failed)
+        super().__init__(
+            f"{len(failed)} of {len(record.partitions)} input partition(s) of epoch {record.epoch['interval_start']}.."
+            f"{record.epoch['interval_end']} failed ({len(committed)} committed to {record.output_path} and kept):\n"
+            f"{lines}\n"
+            f"Clearing task {task_id} (Airflow UI: Clear; REST: POST /api/v2/dags/{dag_id}/clearTaskInstances), "
+            f"or its next retry, reruns only these {len(failed)} partition(s)."
+        )
+
+
+def _as_uri(path: str) -> str:
+    return path if "://" in path else f"file://{os.path.abspath(path)}"
+
+
+class StreamBatchOperator(BaseOperator):
+    """Runs a streaming-batch pipeline over an epoch's inputs on Spark and commits each input partition once.
+
+    The pipeline is an importable function ``fn(ds, epoch, **pipeline_kwargs)`` that
+    gets the epoch's input `Dataset` (one partition per manifest file) and the
+    `EpochManifest`, and returns the transformed Dataset; the operator writes it to
+    ``output_path`` with a sink that commits per input partition exactly once.
+
+    A failed partition fails the task with a message naming it; the rest stay
+    committed. Clearing the task (or its retry) runs only the partitions without a
+    commit record, starting no Spark work for the others. Clearing a task that
+    succeeded reruns nothing unless ``full_recompute=True``.
+
+    :param pipeline: ``"module:function"`` (templated) or the function itself.
+    :param output_path: the epoch's output directory, e.g. ``/data/out/{{ ds }}`` (templated).
+    :param manifest: the epoch manifest, usually ``EpochSensor(...).output`` (templated).
+        Without it, the files under ``input_path`` are listed when the task first runs
+        and frozen in ``<output_path>/_epoch.json`` for its retries.
+    :param input_path: the input directory or glob, when no manifest is given (templated).
+    :param input_format: ``parquet`` (default), ``csv``, ``json``, ``text`` or ``binary_files``.
+    :param output_format: ``parquet`` (default), ``json`` or ``csv``.
+    :param pipeline_kwargs: keyword arguments for the pipeline function (templated).
+    :param streambatch_conn_id: a Spark connection (master in host); None runs embedded local Spark.
+    :param deploy_mode: ``in_process`` (the Spark driver runs in this task) or ``spark_submit``.
+    :param spark_conf: Spark properties on top of the connection's (templated).
+    :param data_context: `DataContext` settings for the run, e.g. ``{"memory_limit": 2 << 30}`` (templated).
+    :param full_recompute: delete the epoch's committed output and recompute every partition
+        (templated: ``"{{ params.full_recompute }}"`` lets a manual trigger ask for it).
+    :param output_asset: the Asset this output is; each committed epoch emits an event with its summary.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "output_path", "manifest", "input_path", "pipeline_kwargs",
+                                      "spark_conf", "data_context", "full_recompute")
+    template_fields_renderers = {"manifest": "json", "pipeline_kwargs": "json", "spark_conf": "json",
+                                 "data_context": "json"}
+    operator_extra_links = (SparkUILink(), EpochOutputLink())
+    ui_color = "#fdf0d5"
+
+    def __init__(self, *, pipeline: Any, output_path: str, manifest: dict | str | None = None,
+                 input_path: str | None = None, input_format: str = "parquet", output_format: str = "parquet",
+                 pipeline_kwargs: dict | None = None, streambatch_conn_id: str | None = None,
+                 deploy_mode: str = "in_process", spark_conf: dict | None = None, data_context: dict | None = None,
+                 full_recompute: bool = False, output_asset: Asset | None = None, **kwargs: Any) -> None:
+        if output_asset is not None:
+            kwargs["outlets"] = [*(kwargs.get("outlets") or []), output_asset]
+        super().__init__(**kwargs)
+        check_formats(input_format, output_format)
+        if deploy_mode not in DEPLOY_MODES:
+            raise ValueError(f"StreamBatchOperator(deploy_mode={deploy_mode!r}) must be one of {DEPLOY_MODES}")
+        if deploy_mode == "spark_submit" and not isinstance(pipeline, str):
+            raise ValueError("deploy_mode='spark_submit' runs the pipeline in another process: pass it as "
+                             "'module:function', not a function object")
+        self.pipeline = pipeline
+        self.output_path = output_path
+        self.manifest = manifest
+        self.input_path = input_path
+        self.input_format = input_format
+        self.output_format = output_format
+        self.pipeline_kwargs = pipeline_kwargs or {}
+        self.streambatch_conn_id = streambatch_conn_id
+        self.deploy_mode = deploy_mode
+        self.spark_conf = spark_conf or {}
+        self.data_context = data_context or {}
+        self.full_recompute = full_recompute
+        self.output_asset = output_asset
+
+    @cached_property
+    def hook(self) -> StreamBatchHook:
+        return StreamBatchHook(self.streambatch_conn_id, spark_conf=self.spark_conf,
+                               app_name=f"streambatch-{self.dag_id}-{self.task_id}")
+
+    # -- execution ------------------------------------------------------------------
+    def execute(self, context: Context) -> dict:
+        if isinstance(self.full_recompute, str):  # rendered from a template without native rendering
+            self.full_recompute = self.full_recompute.strip().lower() in ("true", "1", "yes")
+        manifest = self._epoch_manifest(context)
+        ti = context["ti"]
+        ti.xcom_push(key=EpochOutputLink.xcom_key, value=_as_uri(self.output_path))
+        store = context.get("task_state_store")
+        self._log_earlier_progress(store, manifest)
+
+        if self.deploy_mode == "in_process":
+            load_pipeline(self.pipeline)  # an import error fails here, before Spark starts
+            spark = self.hook.get_spark_session()
+            ui = spark.sparkContext.uiWebUrl
+            ti.xcom_push(key=SparkUILink.xcom_key, value=ui or "")  # "" when spark.ui.enabled=false
+            record = run_epoch(manifest, self.pipeline, output_path=self.output_path, input_format=self.input_format,
+                               output_format=self.output_format, pipeline_kwargs=self.pipeline_kwargs,
+                               full_recompute=self.full_recompute, context_overrides=self.data_context,
+                               on_progress=lambda r: self._save_progress(store, r), spark_ui_url=ui)
+        else:
+            spec = spec_for(manifest, self.pipeline, output_path=self.output_path, input_format=self.input_format,
+                            output_format=self.output_format, pipeline_kwargs=self.pipeline_kwargs,
+                            full_recompute=self.full_recompute, context_overrides=self.data_context,
+                            app_name=self.hook.app_name)
+            dag_folder = os.path.dirname(os.path.abspath(self.dag.fileloc)) if self.has_dag() else None
+            self.hook.submit_epoch(spec, python_path=[dag_folder] if dag_folder else None)
+            record = EpochCheckpoint(self.output_path).load()
+            if record is None or record.fingerprint != manifest.fingerprint:
+                raise AirflowException(f"spark-submit finished but left no epoch record for this manifest in "
+                                       f"{self.output_path}/_epoch.json; see the spark-submit log above")
+
+        self._save_progress(store, record)
+        self._log_outcome(record)
+        result = record.to_dict()
+        if record.status != "succeeded":
+            ti.xcom_push(key="return_value", value=result)  # the final manifest, failures included
+            raise EpochPartitionsFailed(record, self.task_id, self.dag_id)
+        if self.output_asset is not None:
+            context["outlet_events"][self.output_asset].extra = record.summary()
+        return result
+
+    def _epoch_manifest(self, context: Context) -> EpochManifest:
+        if isinstance(self.manifest, str):
+            import json
+
+            self.manifest = json.loads(self.manifest)
+        if self.manifest:
+            return EpochManifest.from_dict(self.manifest)
+        if not self.input_path:
+            raise ValueError(f"{self.task_id}: give manifest= (e.g. EpochSensor(...).output) or input_path=")
+        previous = None if self.full_recompute else EpochCheckpoint(self.output_path).load()
+        if previous is not None:  # frozen by an earlier try: retries see the same inputs
+            return EpochManifest.from_dict(previous.epoch)
+        start, end = epoch_interval(context)
+        return EpochManifest(start, end, list_inputs(self.input_path))
+
+    # -- progress: the task state store mirrors the commit records ----------------------
+    @staticmethod
+    def _save_progress(store, record: EpochRecord) -> None:
+        if store is None:
+            return
+        store.set(STATE_KEY, {
+            "fingerprint": record.fingerprint, "tries": record.tries, "status": record.status,
+            "committed": [p.index for p in record.by_state("committed")],
+            "failed": {str(p.index): p.error for p in record.by_state("failed")},
+        })
+
+    def _log_earlier_progress(self, store, manifest: EpochManifest) -> None:
+        earlier = store.get(STATE_KEY) if store is not None else None
+        if not earlier:
+            self.log.info("Epoch %s..%s: %d input partition(s), manifest %s", manifest.interval_start,
+                          manifest.interval_end, len(manifest.partitions), manifest.fingerprint)
+            return
+        self.log.info("Epoch %s..%s: the task state store holds try %s (%s): %d partition(s) committed, %d failed; "
+                      "the commit records under %s decide what reruns", manifest.interval_start,
+                      manifest.interval_end, earlier.get("tries"), earlier.get("status"),
+                      len(earlier.get("committed", [])), len(earlier.get("failed", {})), self.output_path)
+
+    def _log_outcome(self, record: EpochRecord) -> None:
+        s = record.summary()
+        self.log.info("Epoch %s..%s %s: %d/%d partition(s) committed (%d by this try), %d failed, %d rows, %d bytes "
+                      "in %s", s["interval_start"], s["interval_end"], s["status"], s["committed"], s["partitions"],
+                      s["committed_this_try"], s["failed"], s["rows"], s["bytes"], s["output_path"])
+        for op in record.metrics.get("operators", []):
+            rate = op["rows"] / op["wall_s"] if op["wall_s"] else 0.0
+            self.log.info("  %s: %d task(s), %d rows, %.1f s wall, %.1f s in tasks, %.0f rows/s", op["name"],
+                          op["tasks"], op["rows"], op["wall_s"], op["task_s"], rate)

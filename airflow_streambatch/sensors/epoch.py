@@ -1,0 +1,116 @@
+"""EpochSensor: wait until an epoch's inputs can no longer change, then freeze them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_streambatch.epochs.frontier import FRONTIERS, make_frontier
+from airflow_streambatch.epochs.sensing import check_epoch
+from airflow_streambatch.triggers.epoch import EpochTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+STATE_KEY = "epoch_frontier_state"  # quiescence's listing and quiet-since time, kept between pokes
+
+
+def _seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def epoch_interval(context: Context) -> tuple[str, str]:
+    """The run's data interval as ISO strings; a run without one (manual, no logical date) is the
+    single epoch ending at its run_after."""
+    end = context.get("data_interval_end") or context["dag_run"].run_after
+    start = context.get("data_interval_start") or end
+    return start.isoformat(), end.isoformat()
+
+
+class EpochSensor(BaseSensorOperator):
+    """Waits until the input frontier has passed the data interval's end; returns the epoch manifest.
+
+    The manifest (every input file with path, size and mtime, plus the interval) is
+    this task's XCom ``return_value`` and the lineage root of the epoch: pass
+    ``sensor.output`` to `StreamBatchOperator(manifest=...)`.
+
+    :param input_path: the epoch's input directory or glob, e.g. ``/data/in/{{ ds }}`` (templated).
+    :param frontier: how completeness shows: ``marker`` (a file such as ``_SUCCESS``),
+        ``watermark`` (a file holding an ISO-8601 time at or past the interval end),
+        ``directory`` (the partition directory exists with files), or ``quiescence``
+        (the listing stayed unchanged for ``quiet_period``).
+    :param marker_path: the marker file (templated); default ``<input_path>/_SUCCESS``.
+    :param watermark_path: the watermark file (templated), for ``frontier="watermark"``.
+    :param quiet_period: seconds (or a timedelta) without change, for ``frontier="quiescence"``.
+    :param deferrable: wait in the triggerer (`EpochTrigger`) instead of holding a worker slot.
+    """
+
+    template_fields: Sequence[str] = ("input_path", "marker_path", "watermark_path")
+    ui_color = "#e8f4ea"
+
+    def __init__(self, *, input_path: str, frontier: str = "marker", marker_path: str | None = None,
+                 watermark_path: str | None = None, quiet_period: float | timedelta = 300.0,
+                 deferrable: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if frontier not in FRONTIERS:
+            raise ValueError(f"EpochSensor(frontier={frontier!r}) must be one of {FRONTIERS}")
+        if frontier == "watermark" and not watermark_path:
+            raise ValueError("EpochSensor(frontier='watermark') needs watermark_path")
+        self.input_path = input_path
+        self.frontier = frontier
+        self.marker_path = marker_path
+        self.watermark_path = watermark_path
+        self.quiet_period_s = _seconds(quiet_period)
+        self.deferrable = deferrable
+        self._state: dict | None = None
+
+    def _frontier(self):
+        return make_frontier(self.frontier, self.input_path, marker_path=self.marker_path,
+                             watermark_path=self.watermark_path, quiet_period_s=self.quiet_period_s)
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        # reschedule mode pokes from a new process each time: keep quiescence's state in the task state store
+        store = context.get("task_state_store")
+        state = store.get(STATE_KEY) if store is not None else self._state
+        start, end = epoch_interval(context)
+        manifest, state = check_epoch(self._frontier(), self.input_path, start, end, state, time.time())
+        self._state = state
+        if store is not None and state is not None:
+            store.set(STATE_KEY, state)
+        if manifest is None:
+            self.log.info("Epoch %s..%s: %s frontier not passed yet under %s", start, end, self.frontier,
+                          self.input_path)
+            return PokeReturnValue(is_done=False)
+        self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s), %d bytes, manifest %s", start, end,
+                      self.frontier, len(manifest.partitions), sum(p.size for p in manifest.partitions),
+                      manifest.fingerprint)
+        return PokeReturnValue(is_done=True, xcom_value=manifest.to_dict())
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
+        start, end = epoch_interval(context)
+        self.defer(
+            trigger=EpochTrigger(input_path=self.input_path, frontier=self.frontier, interval_start=start,
+                                 interval_end=end, marker_path=self.marker_path, watermark_path=self.watermark_path,
+                                 quiet_period_s=self.quiet_period_s, poll_interval=_seconds(self.poke_interval),
+                                 state=self._state),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=_seconds(self.timeout)) if self.timeout else None,
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict:
+        if event.get("status") != "passed":
+            raise AirflowException(f"EpochSensor {self.task_id} on {self.input_path}: {event.get('message')}")
+        manifest = event["manifest"]
+        self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s)", manifest["interval_start"],
+                      manifest["interval_end"], self.frontier, len(manifest["partitions"]))
+        return manifest

@@ -1,0 +1,50 @@
+"""DAGs the provider tests run: by ``dag.test()`` in-process and by ``airflow standalone``.
+
+Every path comes from the run's conf (``params.root``), so each test points the same
+DAG at its own directories. Templates render as native objects (lists stay lists).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, Asset, Param
+
+from airflow_streambatch.operators.streambatch import StreamBatchOperator
+from airflow_streambatch.sensors.epoch import EpochSensor
+
+SCORES = Asset("file:///streambatch-tests/scores")
+PARAMS = {
+    "root": Param("/tmp/streambatch-test-data", type="string"),
+    "fail_partitions": Param([], type="array"),
+    "kill_driver_on": Param(-1, type="integer"),
+    "full_recompute": Param(False, type="boolean"),
+}
+
+
+def epoch_dag(dag_id: str, *, retries: int = 0, deferrable: bool = False, mode: str = "poke", frontier: str = "marker",
+              deploy_mode: str = "in_process", conn_id: str | None = None) -> DAG:
+    with DAG(dag_id, schedule="@hourly", start_date=pendulum.datetime(2026, 11, 1, tz="UTC"), catchup=False,
+             params=PARAMS, render_template_as_native_obj=True, tags=["streambatch-tests"]) as dag:
+        wait = EpochSensor(task_id="wait_for_epoch", input_path="{{ params.root }}/in/{{ ds }}", poke_interval=1,
+                           timeout=120, deferrable=deferrable, mode=mode, frontier=frontier, quiet_period=2)
+        StreamBatchOperator(
+            task_id="score", manifest=wait.output, pipeline="pipelines:score",
+            output_path="{{ params.root }}/out/{{ ds }}",
+            pipeline_kwargs={"runs_dir": "{{ params.root }}/runs", "fail_flag": "{{ params.root }}/fail",
+                             "fail_partitions": "{{ params.fail_partitions }}",
+                             "kill_driver_on": "{{ params.kill_driver_on }}"},
+            data_context={"progress_interval_s": 0},
+            full_recompute="{{ params.full_recompute }}", retries=retries, retry_delay=timedelta(seconds=1),
+            output_asset=SCORES,
+            deploy_mode=deploy_mode, streambatch_conn_id=conn_id,
+        )
+    return dag
+
+
+sb_epoch = epoch_dag("sb_epoch")
+sb_epoch_retry = epoch_dag("sb_epoch_retry", retries=1)
+sb_epoch_deferrable = epoch_dag("sb_epoch_deferrable", deferrable=True)
+sb_epoch_quiet = epoch_dag("sb_epoch_quiet", mode="reschedule", frontier="quiescence")
+sb_epoch_spark_submit = epoch_dag("sb_epoch_spark_submit", deploy_mode="spark_submit", conn_id="spark_local")

@@ -1,0 +1,61 @@
+"""Pipelines the provider tests run (importable by module name on Spark's Python workers).
+
+Input partition ``i`` holds ids ``100*i .. 100*i + 99``; each map task appends the
+partitions it saw to a log under ``runs_dir``, so a test can tell which partitions ran.
+A partition listed in ``fail_partitions`` raises while ``fail_flag`` exists; the
+partition ``kill_driver_on`` SIGKILLs the driver (the Airflow task process) once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+
+def write_inputs(directory, partitions: int, rows: int = 100) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for i in range(partitions):
+        ids = list(range(100 * i, 100 * i + rows))
+        pq.write_table(pa.table({"id": ids, "text": [f"row {n}" for n in ids]}), f"{directory}/part-{i:03d}.parquet")
+
+
+def _score(batch: pa.Table, runs_dir: str, fail_flag: str | None, fail_partitions: list[int], kill: int,
+           driver_pid: int) -> pa.Table:
+    seen = sorted({int(i) // 100 for i in batch["id"].to_pylist()})
+    with open(os.path.join(runs_dir, f"{uuid.uuid4().hex}.run"), "w") as f:
+        f.write(" ".join(map(str, seen)))
+    if kill in seen and fail_flag and os.path.exists(fail_flag):
+        time.sleep(3)  # let the other partitions commit first
+        os.remove(fail_flag)  # the retry must not kill again
+        os.kill(driver_pid, signal.SIGKILL)  # the Airflow task process: the Spark driver and our scheduler
+        time.sleep(60)
+    if fail_flag and os.path.exists(fail_flag) and set(seen) & set(fail_partitions):
+        raise ValueError(f"scorer rejects partition(s) {sorted(set(seen) & set(fail_partitions))}")
+    return batch.append_column("score", pc.multiply(batch["id"], 2))
+
+
+def score(ds, epoch, *, runs_dir: str, fail_flag: str | None = None, fail_partitions=(), kill_driver_on: int = -1):
+    os.makedirs(runs_dir, exist_ok=True)
+    return ds.map_batches(partial(_score, runs_dir=runs_dir, fail_flag=fail_flag,
+                                  fail_partitions=[int(p) for p in fail_partitions], kill=int(kill_driver_on),
+                                  driver_pid=os.getpid()))
+
+
+def partitions_run(runs_dir: str) -> list[int]:
+    """Every partition some map task processed, with repeats, sorted."""
+    seen = []
+    for name in os.listdir(runs_dir):
+        with open(os.path.join(runs_dir, name)) as f:
+            seen += [int(p) for p in f.read().split()]
+    return sorted(seen)
+
+
+def not_a_dataset(ds, epoch):
+    return [1, 2, 3]

@@ -1,0 +1,157 @@
+"""Sensor -> operator DAGs under ``dag.test()`` on real local Spark: epochs, failures, clears.
+
+A second ``dag.test()`` for the same logical date replaces the DAG run, dropping its
+task state: the resume these tests see comes from the durable epoch record and the
+commit records alone (what a clear on Airflow >= 3.4 without "keep task state" leaves).
+A clear of the same task instance through the REST API is tested in test_standalone.py.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import threading
+import time
+
+import pendulum
+import pyarrow.parquet as pq
+from pipelines import partitions_run, write_inputs
+
+LOGICAL = pendulum.datetime(2026, 11, 22, 10, tz="UTC")
+
+
+def _run(dag, root, **conf):
+    # every param explicitly: dag.test() leaves a run's conf in the shared DAG object's params
+    conf = {"root": str(root), "fail_partitions": [], "full_recompute": False, "kill_driver_on": -1, **conf}
+    dr = dag.test(logical_date=LOGICAL, run_after=LOGICAL, run_conf=conf)
+    return {ti.task_id: ti.state for ti in dr.get_task_instances()}
+
+
+def _output_ids(root) -> list[int]:
+    files = sorted(glob.glob(f"{root}/out/2026-11-22/p*/*.parquet"))
+    return sorted(i for f in files for i in pq.read_table(f)["id"].to_pylist())
+
+
+def _record(root) -> dict:
+    return json.loads((root / "out" / "2026-11-22" / "_epoch.json").read_text())
+
+
+def _epoch(root, partitions=4, marker=True):
+    epoch_in = root / "in" / "2026-11-22"
+    write_inputs(epoch_in, partitions=partitions)
+    if marker:
+        (epoch_in / "_SUCCESS").write_text("")
+    (root / "runs").mkdir()
+
+
+def _runs(root) -> list[int]:
+    """Partitions processed since the last call (and forget them)."""
+    seen = partitions_run(root / "runs")
+    for f in (root / "runs").iterdir():
+        f.unlink()
+    return seen
+
+
+def _task_state(dag_id, task_id) -> dict:
+    from airflow import settings
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from sqlalchemy import select
+
+    with settings.Session() as session:
+        rows = session.scalars(select(TaskStateStoreModel).where(
+            TaskStateStoreModel.dag_id == dag_id, TaskStateStoreModel.task_id == task_id)).all()
+        return {row.key: json.loads(row.value) for row in rows}
+
+
+def _asset_events(uri) -> list[dict]:
+    from airflow import settings
+    from airflow.models.asset import AssetEvent, AssetModel
+    from sqlalchemy import select
+
+    with settings.Session() as session:
+        events = session.scalars(select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                                 .where(AssetModel.uri == uri).order_by(AssetEvent.id)).all()
+        return [dict(e.extra) for e in events]
+
+
+def test_a_failed_partition_fails_the_task_and_a_clear_reruns_only_it(ctx, airflow_db, tmp_path):
+    from streambatch_test_dags import SCORES, sb_epoch
+
+    _epoch(tmp_path)
+    (tmp_path / "fail").write_text("")
+    events_before = len(_asset_events(SCORES.uri))
+
+    assert _run(sb_epoch, tmp_path, fail_partitions=[1, 3]) == {"wait_for_epoch": "success", "score": "failed"}
+    record = _record(tmp_path)
+    assert [p["state"] for p in record["partitions"]] == ["committed", "failed", "committed", "failed"]
+    assert "scorer rejects partition(s) [1]" in record["partitions"][1]["error"]
+    assert set(_runs(tmp_path)) == {0, 1, 2, 3}
+    state = _task_state("sb_epoch", "score")["epoch_progress"]
+    assert state["committed"] == [0, 2] and sorted(state["failed"]) == ["1", "3"] and state["status"] == "failed"
+    assert len(_asset_events(SCORES.uri)) == events_before  # a failed epoch emits no asset event
+
+    (tmp_path / "fail").unlink()
+    assert _run(sb_epoch, tmp_path, fail_partitions=[1, 3]) == {"wait_for_epoch": "success", "score": "success"}
+    assert _runs(tmp_path) == [1, 3]
+    assert _output_ids(tmp_path) == list(range(400))
+    record = _record(tmp_path)
+    assert record["status"] == "succeeded" and record["tries"] == 2
+    assert [p["this_try"] for p in record["partitions"]] == [False, True, False, True]
+    assert _task_state("sb_epoch", "score")["epoch_progress"]["committed"] == [0, 1, 2, 3]
+    event = _asset_events(SCORES.uri)[-1]
+    assert event["committed"] == 4 and event["rows"] == 400 and event["output_path"].endswith("out/2026-11-22")
+
+
+def test_a_clear_after_success_reruns_nothing_unless_full_recompute(ctx, airflow_db, tmp_path):
+    from streambatch_test_dags import sb_epoch
+
+    _epoch(tmp_path, partitions=3)
+    assert _run(sb_epoch, tmp_path)["score"] == "success"
+    assert sorted(set(_runs(tmp_path))) == [0, 1, 2]
+    first_files = sorted(glob.glob(f"{tmp_path}/out/2026-11-22/p*/*.parquet"))
+
+    assert _run(sb_epoch, tmp_path)["score"] == "success"
+    assert _runs(tmp_path) == []  # nothing ran on Spark
+    assert sorted(glob.glob(f"{tmp_path}/out/2026-11-22/p*/*.parquet")) == first_files
+
+    assert _run(sb_epoch, tmp_path, full_recompute=True)["score"] == "success"
+    assert sorted(set(_runs(tmp_path))) == [0, 1, 2]
+    assert _output_ids(tmp_path) == list(range(300))
+    assert _record(tmp_path)["tries"] == 1  # the recompute wiped the epoch's history with its output
+
+
+def test_changed_inputs_after_a_partial_commit_are_refused_with_the_switch_to_use(ctx, airflow_db, tmp_path):
+    from streambatch_test_dags import sb_epoch
+
+    _epoch(tmp_path, partitions=3)
+    (tmp_path / "fail").write_text("")
+    assert _run(sb_epoch, tmp_path, fail_partitions=[2])["score"] == "failed"
+    write_inputs(tmp_path / "in" / "2026-11-22", partitions=3, rows=50)  # the producer rewrote the epoch
+    (tmp_path / "fail").unlink()
+    assert _run(sb_epoch, tmp_path)["score"] == "failed"
+    assert _record(tmp_path)["status"] == "failed"  # left as it was: nothing mixed in
+    assert _output_ids(tmp_path) == list(range(200))
+    assert _run(sb_epoch, tmp_path, full_recompute=True)["score"] == "success"
+    assert _output_ids(tmp_path) == [100 * p + i for p in range(3) for i in range(50)]
+
+
+def test_deferrable_sensor_waits_in_the_trigger_until_the_marker_appears(ctx, airflow_db, tmp_path):
+    from streambatch_test_dags import sb_epoch_deferrable
+
+    _epoch(tmp_path, partitions=2, marker=False)
+    marker = tmp_path / "in" / "2026-11-22" / "_SUCCESS"
+    threading.Timer(3.0, marker.write_text, args=("",)).start()
+    started = time.monotonic()
+    assert _run(sb_epoch_deferrable, tmp_path) == {"wait_for_epoch": "success", "score": "success"}
+    assert time.monotonic() - started >= 3.0
+    assert _output_ids(tmp_path) == list(range(200))
+
+
+def test_reschedule_sensor_freezes_the_listing_after_a_quiet_period(ctx, airflow_db, tmp_path):
+    from streambatch_test_dags import sb_epoch_quiet
+
+    _epoch(tmp_path, partitions=2, marker=False)
+    assert _run(sb_epoch_quiet, tmp_path) == {"wait_for_epoch": "success", "score": "success"}
+    record = _record(tmp_path)
+    assert [p["path"].rsplit("/", 1)[-1] for p in record["partitions"]] == ["part-000.parquet", "part-001.parquet"]
+    assert _task_state("sb_epoch_quiet", "wait_for_epoch")["epoch_frontier_state"]["since"] > 0
