@@ -29,7 +29,7 @@ def write_inputs(directory, partitions: int, rows: int = 100) -> None:
 def _score(batch: pa.Table, runs_dir: str, fail_flag: str | None, fail_partitions: list[int], kill: int,
            driver_pid: int) -> pa.Table:
     seen = sorted({int(i) // 100 for i in batch["id"].to_pylist()})
-    with open(os.path.join(runs_dir, f"{uuid.uuid4().hex}.run"), "w") as f:
+    with open(os.path.join(runs_dir, f"{driver_pid}-{uuid.uuid4().hex}.run"), "w") as f:
         f.write(" ".join(map(str, seen)))
     if kill in seen and fail_flag and os.path.exists(fail_flag):
         time.sleep(3)  # let the other partitions commit first
@@ -48,13 +48,15 @@ def score(ds, epoch, *, runs_dir: str, fail_flag: str | None = None, fail_partit
                                   driver_pid=os.getpid()))
 
 
-def partitions_run(runs_dir: str) -> list[int]:
-    """Every partition some map task processed, with repeats, sorted."""
-    seen = []
+def partitions_run(runs_dir: str, by_driver: bool = False):
+    """Every partition some map task processed, with repeats, sorted (per driver pid if ``by_driver``)."""
+    seen: dict[int, list[int]] = {}
     for name in os.listdir(runs_dir):
         with open(os.path.join(runs_dir, name)) as f:
-            seen += [int(p) for p in f.read().split()]
-    return sorted(seen)
+            seen.setdefault(int(name.split("-")[0]), []).extend(int(p) for p in f.read().split())
+    if by_driver:
+        return {pid: sorted(parts) for pid, parts in seen.items()}
+    return sorted(p for parts in seen.values() for p in parts)
 
 
 def not_a_dataset(ds, epoch):

@@ -2,6 +2,7 @@
 
 Every path comes from the run's conf (``params.root``), so each test points the same
 DAG at its own directories. Templates render as native objects (lists stay lists).
+No schedule: a scheduler must not start runs the tests did not ask for.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ PARAMS = {
 
 def epoch_dag(dag_id: str, *, retries: int = 0, deferrable: bool = False, mode: str = "poke", frontier: str = "marker",
               deploy_mode: str = "in_process", conn_id: str | None = None) -> DAG:
-    with DAG(dag_id, schedule="@hourly", start_date=pendulum.datetime(2026, 11, 1, tz="UTC"), catchup=False,
+    with DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC"), catchup=False,
              params=PARAMS, render_template_as_native_obj=True, tags=["streambatch-tests"]) as dag:
         wait = EpochSensor(task_id="wait_for_epoch", input_path="{{ params.root }}/in/{{ ds }}", poke_interval=1,
                            timeout=120, deferrable=deferrable, mode=mode, frontier=frontier, quiet_period=2)
