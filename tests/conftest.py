@@ -9,15 +9,13 @@ import tempfile
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/standalone_cluster.py
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "provider", "dags"))
-
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# Python workers import user functions by module name, like any Spark job: make the
-# test modules importable there (pytest only puts them on the driver's sys.path).
+# Python workers (and Airflow's task processes) import user functions by module name,
+# like any Spark job: make the test helper modules importable there and here.
 _here = os.path.dirname(os.path.abspath(__file__))
 _test_dirs = [os.path.join(_here, d) for d in ("", "engine", "provider")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*_test_dirs, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+sys.path[:0] = [d for d in [*_test_dirs, os.path.join(_here, "provider", "dags")] if d not in sys.path]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import threading
 import time
 
@@ -155,3 +156,21 @@ def test_reschedule_sensor_freezes_the_listing_after_a_quiet_period(ctx, airflow
     record = _record(tmp_path)
     assert [p["path"].rsplit("/", 1)[-1] for p in record["partitions"]] == ["part-000.parquet", "part-001.parquet"]
     assert _task_state("sb_epoch_quiet", "wait_for_epoch")["epoch_frontier_state"]["since"] > 0
+
+
+def test_spark_submit_deploy_mode_runs_the_epoch_as_its_own_application(ctx, airflow_db, tmp_path, monkeypatch):
+    from streambatch_test_dags import sb_epoch_spark_submit
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[2]"}')
+    _epoch(tmp_path, partitions=3)
+    (tmp_path / "fail").write_text("")
+    assert _run(sb_epoch_spark_submit, tmp_path, fail_partitions=[0])["score"] == "failed"
+    by_driver = partitions_run(tmp_path / "runs", by_driver=True)
+    assert len(by_driver) == 1 and os.getpid() not in by_driver  # a driver of its own, not this process
+    assert [p["state"] for p in _record(tmp_path)["partitions"]] == ["failed", "committed", "committed"]
+
+    (tmp_path / "fail").unlink()
+    _runs(tmp_path)
+    assert _run(sb_epoch_spark_submit, tmp_path)["score"] == "success"
+    assert _runs(tmp_path) == [0]
+    assert _output_ids(tmp_path) == list(range(300))
