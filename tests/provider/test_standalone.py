@@ -160,6 +160,8 @@ def test_clear_through_the_rest_api_reruns_only_the_failed_partitions(standalone
     log = standalone.task_log("sb_epoch", run_id, "score", 2)
     assert "2 committed by earlier tries" in log
     assert "the task state store holds try 1 (failed): 2 partition(s) committed, 2 failed" in log
+    links = standalone.call("GET", f"/dags/sb_epoch/dagRuns/{run_id}/taskInstances/score/links")["extra_links"]
+    assert links["Epoch output"] == f"file://{tmp_path}/out/{DAY}" and links["Spark UI"].startswith("http://")
 
 
 def test_a_killed_driver_is_resumed_by_the_retry_from_the_committed_partitions(standalone, tmp_path):
