@@ -9,11 +9,14 @@ GPU work share executors, and tagged with the run so a failure can cancel them a
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
 import queue
+import site
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -24,6 +27,7 @@ from functools import partial
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
+from airflow_streambatch.engine.java import ensure_java
 from airflow_streambatch.engine.tasks import run_partition
 
 _session_lock = threading.Lock()
@@ -39,6 +43,7 @@ def get_spark(min_slots: int = 0) -> SparkSession:
             return active
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        ensure_java()
         slots = max(os.cpu_count() or 1, int(min_slots))
         spark = (
             SparkSession.builder.master(f"local[{slots}]")
@@ -52,7 +57,35 @@ def get_spark(min_slots: int = 0) -> SparkSession:
         return spark
 
 
-_shipped: set[str] = set()
+_shipped: set[tuple[str, str]] = set()  # (application id, top-level module) already added
+
+
+def _zip_package(package_dir: str) -> str:
+    name = os.path.basename(package_dir.rstrip(os.sep))
+    archive = os.path.join(tempfile.mkdtemp(prefix="streambatch-pyfiles-"), f"{name}.zip")
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for folder, _, files in os.walk(package_dir):
+            for file_name in files:
+                if file_name.endswith(".py"):
+                    path = os.path.join(folder, file_name)
+                    zf.write(path, os.path.relpath(path, os.path.dirname(package_dir.rstrip(os.sep))))
+    return archive
+
+
+def _add_py_files(spark: SparkSession, module_name: str) -> None:
+    """``addPyFile`` the top-level module or package of ``module_name`` (once per application)."""
+    sc = spark.sparkContext
+    top = module_name.split(".")[0]
+    if (sc.applicationId, top) in _shipped:
+        return
+    path = getattr(importlib.import_module(top), "__file__", None)
+    if path is None:
+        return  # a namespace package: nothing to zip
+    if os.path.basename(path) == "__init__.py":
+        sc.addPyFile(_zip_package(os.path.dirname(path)))
+    else:
+        sc.addPyFile(path)
+    _shipped.add((sc.applicationId, top))
 
 
 def ship_package(spark: SparkSession) -> None:
@@ -63,21 +96,23 @@ def ship_package(spark: SparkSession) -> None:
     through ``addPyFile``, the way ``spark-submit --py-files`` ships code. Local
     masters share the driver's interpreter and need nothing.
     """
-    sc = spark.sparkContext
-    if sc.master.startswith("local") or sc.applicationId in _shipped:
-        return
-    import airflow_streambatch
+    if not spark.sparkContext.master.startswith("local"):
+        _add_py_files(spark, "airflow_streambatch")
 
-    package_dir = os.path.dirname(os.path.abspath(airflow_streambatch.__file__))
-    archive = os.path.join(tempfile.mkdtemp(prefix="streambatch-pyfiles-"), "airflow_streambatch.zip")
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for folder, _, files in os.walk(package_dir):
-            for name in files:
-                if name.endswith(".py"):
-                    path = os.path.join(folder, name)
-                    zf.write(path, os.path.relpath(path, os.path.dirname(package_dir)))
-    sc.addPyFile(archive)
-    _shipped.add(sc.applicationId)
+
+def ship_user_module(spark: SparkSession, module_name: str) -> None:
+    """Make a user's pipeline module importable by Spark's Python workers, local ones included.
+
+    Airflow puts the DAG folder on the task's ``sys.path`` but not in ``PYTHONPATH``,
+    so Python workers could not import a pipeline module that lives there, nor the
+    UDF classes it defines (cloudpickle refers to them by module name). Modules
+    installed in site-packages are left alone: workers import them like the driver.
+    """
+    top = module_name.split(".")[0]
+    path = getattr(sys.modules.get(top) or importlib.import_module(top), "__file__", None) or ""
+    installed = any(path.startswith(p) for p in (*site.getsitepackages(), sysconfig.get_paths()["stdlib"]))
+    if path and not installed and top != "airflow_streambatch":
+        _add_py_files(spark, top)
 
 
 def slots_from_spark(spark: SparkSession) -> dict[str, float]:

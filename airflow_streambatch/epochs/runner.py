@@ -17,6 +17,7 @@ from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.partitions import WriteResult
+from airflow_streambatch.engine.spark_backend import get_spark, ship_user_module
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus
 from airflow_streambatch.epochs.manifest import EpochManifest
 
@@ -128,6 +129,7 @@ def run_epoch(
     previous_ctx = DataContext.get_current()
     DataContext._set_current(ctx)
     try:
+        ship_user_module(get_spark(), fn.__module__)
         ds = fn(read_epoch(manifest, input_format), manifest, **(pipeline_kwargs or {}))
         if not isinstance(ds, Dataset):
             raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "

@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_streambatch.engine.java import ensure_java
 from airflow_streambatch.engine.spark_backend import get_spark
 
 
@@ -102,6 +103,7 @@ class StreamBatchHook(BaseHook):
         if SparkSession.getActiveSession() is not None or self.master is None:
             return get_spark()
         os.environ.setdefault("PYSPARK_PYTHON", self.conf["spark.pyspark.python"])
+        ensure_java()
         builder = SparkSession.builder.master(self.master).appName(self.app_name)
         for key, value in {"spark.scheduler.mode": "FAIR", "spark.ui.showConsoleProgress": "false",
                            **self.conf}.items():
@@ -130,6 +132,7 @@ class StreamBatchHook(BaseHook):
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PYTHONPATH": os.pathsep.join([*(python_path or []), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         }
+        ensure_java()  # sets JAVA_HOME in this process's environment, which spark-submit inherits
         with tempfile.NamedTemporaryFile("w", prefix="streambatch-epoch-", suffix=".json", delete=False) as f:
             json.dump(spec, f)
         try:
