@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -94,6 +95,51 @@ def save(out_dir: str, name: str, figures: dict, table: str, fig) -> None:
     fig.savefig(os.path.join(out_dir, f"{name}.png"), dpi=110, bbox_inches="tight")
     print(table)
     print(f"\nwrote {out_dir}/{name}.png, .json, .md")
+
+
+class PeakMemory:
+    """Peak memory of this process and all its descendants (Spark's JVM and Python workers, Ray's
+    processes), sampled every ``interval_s``: their summed RSS, plus the bytes of files under
+    ``tmpfs_dir`` (our blocks live in tmpfs, which is memory that no process's RSS shows)."""
+
+    def __init__(self, tmpfs_dir: str | None = None, interval_s: float = 0.1):
+        self.tmpfs_dir = tmpfs_dir
+        self.interval_s = interval_s
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> int:
+        import psutil
+
+        root = psutil.Process()
+        total = 0
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        if self.tmpfs_dir:
+            for folder, _, files in os.walk(self.tmpfs_dir):
+                for name in files:
+                    try:
+                        total += os.path.getsize(os.path.join(folder, name))
+                    except OSError:
+                        pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.sample())
+            time.sleep(self.interval_s)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def engine_context(**settings):

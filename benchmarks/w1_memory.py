@@ -160,6 +160,34 @@ def run_spark_fused(spark, cfg: W1, locks: str) -> dict:
     return {"time_s": wall, "peak_bytes": cfg.rows * MiB * cfg.gpus, "ok": True}
 
 
+def run_ray(cfg: W1, limit: int) -> dict | None:
+    """Ray Data with the same operators, slots (4 CPU, 2 GPU as logical resources) and memory limit
+    (its resource manager's object-store budget); None when ``ray[data]`` is not installed."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        return None
+    ray.init(num_cpus=cfg.cpus, num_gpus=cfg.gpus, include_dashboard=False, log_to_driver=False,
+             object_store_memory=max(limit * 2, 256 * MiB),
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
+            object_store_memory=limit)
+        ds = (
+            ray.data.range(cfg.tasks, override_num_blocks=cfg.tasks)
+            .flat_map(partial(load, cfg=cfg))
+            .map(partial(transform, cfg=cfg))
+            .map_batches(partial(inference, cfg=cfg), batch_size=cfg.batch_rows, batch_format="pyarrow", num_gpus=1)
+        )
+        wall, rows = timed(ds.count)
+        assert rows == cfg.tasks * cfg.rows, rows
+        return {"time_s": wall, "ok": True}
+    finally:
+        ray.shutdown()
+
+
 def main() -> None:
     args = parse_args(__doc__)
     cfg = QUICK if args.quick else W1()
@@ -190,6 +218,16 @@ def main() -> None:
             cells.append(f"{run['time_s'] / opt:.2f}x (peak {run['peak_bytes'] / MiB:.0f} MiB)")
             print(f"ours-{policy} @ {mib} MiB: {run['time_s']:.1f}s peak {run['peak_bytes'] / MiB:.0f} MiB", flush=True)
         rows.append([f"ours-{policy}"] + cells)
+    ray_cells = []
+    for mib in cfg.limits_mib:
+        run = run_ray(cfg, mib * MiB)
+        if run is None:
+            ray_cells = ["skipped: ray[data] not installed"] * len(cfg.limits_mib)
+            break
+        results["runs"][f"ray-data@{mib}"] = run
+        ray_cells.append(f"{run['time_s'] / opt:.2f}x")
+        print(f"ray-data @ {mib} MiB: {run['time_s']:.1f}s", flush=True)
+    rows.append(["ray-data"] + ray_cells)
     rows.append(["optimal"] + [f"1.00x ({opt:.1f} s)"] * len(cfg.limits_mib))
     table = (f"W1: completion time / optimum ({opt:.1f} s), {cfg.tasks} tasks x {cfg.rows} rows of 1 MiB, "
              f"{cfg.cpus} CPU + {cfg.gpus} GPU slots\n\n" + markdown_table(headers, rows))
@@ -206,6 +244,9 @@ def main() -> None:
     for name, run in (("spark-staged", staged), ("spark-fused", fused)):
         xs = [m for m in cfg.limits_mib if run["peak_bytes"] <= m * MiB]
         ax.plot(xs, [run["time_s"] / opt] * len(xs), marker="s", linestyle="--", label=name)
+    ray_runs = [results["runs"].get(f"ray-data@{m}") for m in cfg.limits_mib]
+    if all(ray_runs):
+        ax.plot(cfg.limits_mib, [r["time_s"] / opt for r in ray_runs], marker="^", label="ray-data")
     ax.axhline(1.0, color="grey", linewidth=0.8, label="optimal")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("memory limit (MiB)")
