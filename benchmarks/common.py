@@ -106,6 +106,7 @@ class PeakMemory:
         self.tmpfs_dir = tmpfs_dir
         self.interval_s = interval_s
         self.peak = 0
+        self.peak_processes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -114,7 +115,9 @@ class PeakMemory:
 
         root = psutil.Process()
         total = 0
-        for proc in [root, *root.children(recursive=True)]:
+        family = [root, *root.children(recursive=True)]
+        self.peak_processes = max(self.peak_processes, len(family))
+        for proc in family:
             try:
                 total += proc.memory_info().rss
             except psutil.Error:

@@ -52,6 +52,11 @@ QUICK = W4(files=2, rows_per_file=100)
 _EMBEDDER = None
 
 
+def _import_model_libraries(_):
+    import sentence_transformers  # noqa: F401
+    import torch  # noqa: F401
+
+
 def _embedder():
     """One model per Python worker process, as predict_batch_udf's make_predict_fn and pandas UDFs cache it."""
     global _EMBEDDER
@@ -110,21 +115,27 @@ def run_map_in_pandas(spark, cfg: W4, src: str, out: str) -> int:
     return spark.read.parquet(out).count()
 
 
-def run_ray(cfg: W4, src: str, out: str) -> int | None:
+def start_ray(cfg: W4) -> bool:
+    """Start a local Ray (outside the timed region, as Spark's session is); False if not installed."""
     try:
         import ray
     except ImportError:
-        return None
-    ray.init(num_cpus=cfg.copies, include_dashboard=False, log_to_driver=False,
+        return False
+    # one logical CPU more than model copies: with exactly `copies`, the actors take every CPU and
+    # Ray Data's read and write tasks wait forever for one (seen: a deadlock at 0 rows)
+    ray.init(num_cpus=cfg.copies + 1, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "HF_HUB_OFFLINE": "1"}})
-    try:
-        ds = (ray.data.read_parquet(src).map_batches(text_pipelines.clean, batch_format="pyarrow", batch_size=1024)
-              .map_batches(text_pipelines.MiniLMEmbedder, batch_format="pyarrow", batch_size=cfg.batch_size,
-                           concurrency=cfg.copies, num_cpus=1))
-        ds.write_parquet(out)
-        return ray.data.read_parquet(out).count()
-    finally:
-        ray.shutdown()
+    return True
+
+
+def run_ray(cfg: W4, src: str, out: str) -> int:
+    import ray
+
+    ds = (ray.data.read_parquet(src).map_batches(text_pipelines.clean, batch_format="pyarrow", batch_size=1024)
+          .map_batches(text_pipelines.MiniLMEmbedder, batch_format="pyarrow", batch_size=cfg.batch_size,
+                       concurrency=cfg.copies, num_cpus=1))
+    ds.write_parquet(out)
+    return ray.data.read_parquet(out).count()
 
 
 def main() -> None:
@@ -143,31 +154,37 @@ def main() -> None:
         ("map-in-pandas", lambda out: run_map_in_pandas(spark, cfg, src, out)),
         ("ray-data", lambda out: run_ray(cfg, src, out)),
     ]
-    # warm every Spark Python worker's imports and model once, so no system pays another's start-up
-    run_map_in_pandas(spark, W4(files=1, rows_per_file=10), src, os.path.join(work, "warm"))
+    # start Spark's Python workers and import torch in them once; each system then loads its own models
+    spark.sparkContext.parallelize(range(cfg.copies), cfg.copies).foreach(_import_model_libraries)
     results = {}
     for name, fn in systems:
+        if name == "ray-data" and not start_ray(cfg):
+            print(f"{name}: skipped (ray[data] is not installed: pip install 'ray[data]')")
+            results[name] = None
+            continue
         out = os.path.join(work, f"out-{name}")
         with PeakMemory() as rss:
             start = time.perf_counter()
             rows = fn(out)
             wall = time.perf_counter() - start
-        if rows is None:
-            print(f"{name}: skipped (ray[data] is not installed: pip install 'ray[data]')")
-            results[name] = None
-            continue
         assert rows == total, f"{name} wrote {rows} rows, expected {total}"
-        results[name] = {"time_s": wall, "rows_per_s": total / wall, "peak_rss_mib": rss.peak / MiB}
-        print(f"{name}: {total / wall:.1f} rows/s, peak RSS {rss.peak / MiB:.0f} MiB", flush=True)
+        results[name] = {"time_s": wall, "rows_per_s": total / wall, "peak_rss_mib": rss.peak / MiB,
+                         "peak_processes": rss.peak_processes}
+        print(f"{name}: {total / wall:.1f} rows/s, peak RSS {rss.peak / MiB:.0f} MiB in up to "
+              f"{rss.peak_processes} processes", flush=True)
+    if results.get("ray-data"):
+        import ray
+
+        ray.shutdown()
     shutil.rmtree(work, ignore_errors=True)
 
     base = results["predict-batch-udf"]["rows_per_s"]
-    rows = [[name, "skipped (ray[data] not installed)", "", "", ""] if r is None else
+    rows = [[name, "skipped (ray[data] not installed)", "", "", "", ""] if r is None else
             [name, f"{r['rows_per_s']:.1f}", f"{r['rows_per_s'] / base:.2f}x", f"{r['time_s']:.1f}",
-             f"{r['peak_rss_mib']:.0f}"] for name, r in results.items()]
+             f"{r['peak_rss_mib']:.0f}", str(r["peak_processes"])] for name, r in results.items()]
     table = (f"W4: {total} sentences, all-MiniLM-L6-v2 on CPU, {cfg.copies} model copies x 1 thread\n\n"
-             + markdown_table(["system", "rows/s", "vs predict_batch_udf", "time s", "peak RSS MiB (all processes)"],
-                              rows))
+             + markdown_table(["system", "rows/s", "vs predict_batch_udf", "time s", "peak RSS MiB (all processes)",
+                               "processes"], rows))
     import matplotlib
 
     matplotlib.use("Agg")
