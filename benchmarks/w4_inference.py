@@ -199,7 +199,8 @@ def main() -> None:
     for ax in (ax1, ax2):
         ax.tick_params(axis="x", rotation=20)
     fig.suptitle(f"W4: batch embedding of {total} sentences")
-    save(args.out, "w4_inference", {"config": asdict(cfg), "results": results}, table, fig)
+    save(args.out, "w4_inference" + ("_quick" if args.quick else ""), {"config": asdict(cfg), "results": results},
+         table, fig)
 
 
 if __name__ == "__main__":
