@@ -37,13 +37,14 @@ _PROGRESS = re.compile(r"Epoch |committed partition|input partition failed|rows/
 _LOG_LINE = re.compile(r"^\S+ \[(\w+)\s*\] (.*?)(?: \[[\w.]+\])?(?: loc=\S+)?(?: \S+=.*)?$")
 
 
-def _hour_path(root: str, hour: datetime) -> str:
-    return os.path.join(root, "in", hour.strftime("%Y-%m-%d"), hour.strftime("%H"))
+def _hour_path(root: str, kind: str, hour: datetime) -> str:
+    """``<root>/<kind>/<YYYY-MM-DD>/<HH>``: the layout dags/text_embedding.py reads (in) and writes (embeddings)."""
+    return os.path.join(root, kind, hour.strftime("%Y-%m-%d"), hour.strftime("%H"))
 
 
 def generate(root: str, hour: datetime, files: int = 4, rows: int = 250) -> str:
     """Write ``files`` parquet files of ``rows`` reviews each for ``hour``, then the ``_SUCCESS`` marker."""
-    directory = _hour_path(root, hour)
+    directory = _hour_path(root, "in", hour)
     os.makedirs(directory, exist_ok=True)
     rng = random.Random(hour.strftime("%Y%m%d%H"))
     base = int(hour.timestamp() // 3600) * 1_000_000
@@ -58,8 +59,8 @@ def generate(root: str, hour: datetime, files: int = 4, rows: int = 250) -> str:
 
 def check_output(root: str, hour: datetime, dim: int) -> dict:
     """The epoch's committed output against its input: one embedding per row, ``dim`` floats, no duplicates."""
-    inputs = pq.read_table(_hour_path(root, hour), columns=["id"])
-    out_dir = os.path.join(root, "embeddings", hour.strftime("%Y-%m-%d"), hour.strftime("%H"))
+    inputs = pq.read_table(_hour_path(root, "in", hour), columns=["id"])
+    out_dir = _hour_path(root, "embeddings", hour)
     files = sorted(glob.glob(os.path.join(out_dir, "p*", "*.parquet")))
     if not files:
         raise SystemExit(f"no committed output under {out_dir}")

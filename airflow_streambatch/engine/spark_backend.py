@@ -109,7 +109,7 @@ def ship_user_module(spark: SparkSession, module_name: str) -> None:
     installed in site-packages are left alone: workers import them like the driver.
     """
     top = module_name.split(".")[0]
-    path = getattr(sys.modules.get(top) or importlib.import_module(top), "__file__", None) or ""
+    path = getattr(importlib.import_module(top), "__file__", None) or ""
     installed = any(path.startswith(p) for p in (*site.getsitepackages(), sysconfig.get_paths()["stdlib"]))
     if path and not installed and top != "airflow_streambatch":
         _add_py_files(spark, top)

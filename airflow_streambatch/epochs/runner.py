@@ -89,11 +89,12 @@ def run_epoch(
     fn = load_pipeline(pipeline)
     checkpoint = EpochCheckpoint(output_path)
     previous = checkpoint.validate(manifest, full_recompute)
+    record = EpochRecord.start(manifest, output_path)
+    record.tries = (previous.tries if previous else 0) + 1
     if not manifest.partitions:  # a quiet interval: an empty epoch is done, not an error
         log.warning("epoch %s..%s has no input files; committing it empty", manifest.interval_start,
                     manifest.interval_end)
-        record = EpochRecord.start(manifest, output_path)
-        record.status, record.tries = "succeeded", (previous.tries if previous else 0) + 1
+        record.status = "succeeded"
         checkpoint.save(record)
         return record
     committed = PartitionCommitter(output_path, run_id="inspect").committed()
@@ -106,8 +107,6 @@ def run_epoch(
         return previous
     manifest.verify_unchanged()
 
-    record = EpochRecord.start(manifest, output_path)
-    record.tries = (previous.tries if previous else 0) + 1
     record.spark_ui_url = spark_ui_url
     for index, rec in committed.items():
         if index < len(record.partitions):

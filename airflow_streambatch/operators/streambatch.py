@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from functools import cached_property
@@ -161,8 +162,6 @@ class StreamBatchOperator(BaseOperator):
 
     def _epoch_manifest(self, context: Context) -> EpochManifest:
         if isinstance(self.manifest, str):
-            import json
-
             self.manifest = json.loads(self.manifest)
         if self.manifest:
             return EpochManifest.from_dict(self.manifest)
