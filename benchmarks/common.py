@@ -35,17 +35,19 @@ def parse_args(description: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def spark_session(task_slots: int):
+def spark_session(task_slots: int, driver_memory: str = "4g", conf: dict | None = None):
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{task_slots}]")
         .appName("streambatch-benchmarks")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.scheduler.mode", "FAIR")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
+        .config("spark.driver.memory", driver_memory)
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -99,12 +101,17 @@ def save(out_dir: str, name: str, figures: dict, table: str, fig) -> None:
 
 class PeakMemory:
     """Peak memory of this process and all its descendants (Spark's JVM and Python workers, Ray's
-    processes), sampled every ``interval_s``: their summed RSS, plus the bytes of files under
-    ``tmpfs_dir`` (our blocks live in tmpfs, which is memory that no process's RSS shows)."""
+    processes), sampled every ``interval_s``: their summed RSS, or with ``kind="pss"`` their
+    proportional set size (pages shared by forked workers counted once), plus the bytes of
+    files under ``tmpfs_dir`` (our blocks live in tmpfs, which is memory that no process's
+    RSS shows). ``processes=False`` measures the tmpfs files alone."""
 
-    def __init__(self, tmpfs_dir: str | None = None, interval_s: float = 0.1):
+    def __init__(self, tmpfs_dir: str | None = None, interval_s: float = 0.1, kind: str = "rss",
+                 processes: bool = True):
         self.tmpfs_dir = tmpfs_dir
         self.interval_s = interval_s
+        self.kind = kind
+        self.processes = processes
         self.peak = 0
         self.peak_processes = 0
         self._stop = threading.Event()
@@ -115,11 +122,11 @@ class PeakMemory:
 
         root = psutil.Process()
         total = 0
-        family = [root, *root.children(recursive=True)]
+        family = [root, *root.children(recursive=True)] if self.processes else []
         self.peak_processes = max(self.peak_processes, len(family))
         for proc in family:
             try:
-                total += proc.memory_info().rss
+                total += proc.memory_full_info().pss if self.kind == "pss" else proc.memory_info().rss
             except psutil.Error:
                 pass
         if self.tmpfs_dir:

@@ -1,20 +1,25 @@
 """W5: exploding partitions (paper 5.1.2, the video case), sleep-based, real bytes.
 
-Each input row decodes into ``f`` rows of 1 MiB (a video into frames), with ``f``
-spread over ``spread``x between the smallest and the largest input; a second
-operator spends ``process_s`` per MiB and keeps a few bytes. Decoding streams: it
-yields one 1 MiB row at a time. Under a fixed memory limit:
+Each input decodes into ``f`` frames of 1 MiB (a video into frames) on CPU slots,
+with ``f`` spread over ``spread``x between the smallest and the largest input; an
+inference operator on (simulated) GPU slots spends ``infer_s`` per frame and keeps
+a few bytes. Decoding streams: it yields one frame at a time. Both systems get the
+same memory limit for intermediate data:
 
-* spark-staged (the batch model): decode is materialized (``persist``
-  MEMORY_AND_DISK + count) before processing; Spark keeps what fits in its storage
-  memory and spills the rest to disk.
-* ours: the decoding task cuts its output into blocks at the target size as it
-  goes (streaming repartition) and the scheduler stops launching decodes while
-  the blocks in flight would pass ``memory_limit``.
+* spark-staged (the batch model): Spark's unified memory (execution + storage) is
+  set to the limit (``spark.memory.fraction``), the decoded stage is persisted
+  MEMORY_AND_DISK and counted, then inference runs over it. What does not fit in
+  storage memory is spilled to disk (Spark's storage status says how much).
+* ours: decoding tasks cut their output into blocks at the target size as they go
+  and pass each block on while they run (streaming repartition + streaming task
+  output); a task that would write past the memory limit waits for the scheduler's
+  grant, and inference consumes blocks as they appear.
 
-Peak memory is measured, not computed: the summed RSS of every process (driver,
-JVM, Python workers) plus our blocks in tmpfs, minus what the idle application held
-before the run; Spark's spill is its storage status's disk bytes.
+Measured, not computed: the peak bytes of intermediate data in memory (ours: the
+block files in tmpfs, sampled every 50 ms; spark-staged: its storage memory, and its
+spill), and the peak memory of every process (driver, JVM, Python workers) above the
+idle application, as proportional set size (PSS) so pages forked workers share are
+counted once. Both plus time, per spread.
 
     python -m benchmarks.w5_exploding [--quick]
 """
@@ -27,35 +32,55 @@ import time
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from benchmarks.common import MiB, PeakMemory, engine_context, markdown_table, parse_args, save, spark_session, warm_up
+from benchmarks.common import (
+    MiB,
+    PeakMemory,
+    engine_context,
+    lock_dir,
+    markdown_table,
+    parse_args,
+    save,
+    slot,
+    spark_session,
+    warm_up,
+)
+
+DRIVER_MEMORY_MIB = 1024
+SPARK_RESERVED_MIB = 300  # Spark keeps this much of the heap out of its unified memory
 
 
 @dataclass
 class W5:
     inputs: int = 16
-    min_mib: int = 4
-    spreads: tuple = (10, 25)  # largest / smallest decoded input
-    decode_s: float = 0.01  # per MiB produced
-    process_s: float = 0.02  # per MiB consumed
+    min_mib: int = 2
+    spreads: tuple = (10, 30, 100)  # largest / smallest decoded input
+    decode_s: float = 0.005  # per frame (1 MiB) decoded
+    infer_s: float = 0.01  # per frame inferred
     limit_mib: int = 256
     cpus: int = 4
+    gpus: int = 2
     block_mib: int = 16
 
     def sizes(self, spread: int) -> list[int]:
-        """Decoded MiB per input, spread evenly from min_mib to spread * min_mib, interleaved."""
+        """Decoded MiB per input, spread evenly from min_mib to spread * min_mib, large and small interleaved."""
         top = self.min_mib * spread
         sizes = [round(self.min_mib + (top - self.min_mib) * i / (self.inputs - 1)) for i in range(self.inputs)]
         return sizes[::2] + sizes[1::2]
 
 
-QUICK = W5(inputs=6, min_mib=2, spreads=(10,), limit_mib=48, decode_s=0.005, process_s=0.005, block_mib=4)
+QUICK = W5(inputs=6, min_mib=1, spreads=(10, 30), limit_mib=24, decode_s=0.002, infer_s=0.002, block_mib=4)
+
+
+# Frames must not compress: Spark compresses what it caches serialized and spills, and
+# zero-filled frames shrank 200x there. One random MiB per process, with a fresh prefix.
+_NOISE = os.urandom(MiB)
 
 
 def decode(mib: int, decode_s: float):
     """One input's frames: ``mib`` rows of 1 MiB, produced one at a time."""
     for _ in range(mib):
         time.sleep(decode_s)
-        yield os.urandom(16) + bytes(MiB - 16)
+        yield os.urandom(16) + _NOISE[16:]
 
 
 def _ours_decode(batch, sizes: list[int], decode_s: float):
@@ -66,104 +91,135 @@ def _ours_decode(batch, sizes: list[int], decode_s: float):
             yield pa.table({"input": [index], "frame": pa.array([frame], pa.binary())})
 
 
-def _ours_process(batch, process_s: float):
+def _ours_infer(batch, infer_s: float):
     import pyarrow as pa
 
-    time.sleep(process_s * batch.num_rows)
+    time.sleep(infer_s * batch.num_rows)
     return pa.table({"input": batch.column("input"), "bytes": [len(f) for f in batch.column("frame").to_pylist()]})
 
 
 def run_ours(cfg: W5, sizes: list[int], policy: str, block_dir: str) -> dict:
     import airflow_streambatch.engine as sb
 
-    engine_context(memory_limit=cfg.limit_mib * MiB, scheduling_policy=policy, resources={"CPU": cfg.cpus},
-                   target_max_block_size=cfg.block_mib * MiB, block_dir=block_dir, enable_operator_fusion=False)
+    engine_context(memory_limit=cfg.limit_mib * MiB, scheduling_policy=policy, block_dir=block_dir,
+                   resources={"CPU": cfg.cpus, "GPU": cfg.gpus}, target_max_block_size=cfg.block_mib * MiB)
     ds = (sb.range(len(sizes), override_num_blocks=len(sizes))
           .map_batches(partial(_ours_decode, sizes=sizes, decode_s=cfg.decode_s), batch_size=1)
-          .map_batches(partial(_ours_process, process_s=cfg.process_s), batch_size=cfg.block_mib))
-    with PeakMemory(tmpfs_dir=block_dir) as mem:
+          .map_batches(partial(_ours_infer, infer_s=cfg.infer_s), batch_size=cfg.block_mib, num_gpus=1))
+    with PeakMemory(kind="pss") as processes, PeakMemory(tmpfs_dir=block_dir, processes=False,
+                                                         interval_s=0.05) as blocks:
         start = time.perf_counter()
         rows = ds.count()
         wall = time.perf_counter() - start
     assert rows == sum(sizes), (rows, sum(sizes))
-    return {"time_s": wall, "peak_bytes": mem.peak, "accounted_peak_bytes": ds.last_run_stats.peak_memory_bytes,
-            "spilled_bytes": 0}
+    return {"time_s": wall, "data_in_memory_bytes": blocks.peak, "spilled_bytes": 0,
+            "accounted_bytes": ds.last_run_stats.peak_memory_bytes, "processes_bytes": processes.peak}
 
 
-def _staged_decode(it, sizes, decode_s):
+def _staged_decode(it, sizes, decode_s, locks, cpus):
     for index in it:
-        for frame in decode(sizes[index], decode_s):
-            yield index, frame
+        with slot(locks, "cpu", cpus):
+            for frame in decode(sizes[index], decode_s):
+                yield index, frame
 
 
-def _staged_process(it, process_s):
-    for index, frame in it:
-        time.sleep(process_s)
-        yield index, len(frame)
+def _staged_infer(it, infer_s, locks, gpus):
+    count = 0
+    for _index, frame in it:
+        with slot(locks, "gpu", gpus):
+            time.sleep(infer_s)
+        count += len(frame) > 0
+    yield count
 
 
-def run_spark_staged(spark, cfg: W5, sizes: list[int]) -> dict:
+def run_spark_staged(spark, cfg: W5, sizes: list[int], locks: str) -> dict:
     from pyspark import StorageLevel
 
     sc = spark.sparkContext
-    with PeakMemory() as mem:
+    with PeakMemory(kind="pss") as processes:
         start = time.perf_counter()
         decoded = sc.parallelize(range(len(sizes)), len(sizes)).mapPartitions(
-            partial(_staged_decode, sizes=sizes, decode_s=cfg.decode_s))
+            partial(_staged_decode, sizes=sizes, decode_s=cfg.decode_s, locks=locks, cpus=cfg.cpus))
         decoded.persist(StorageLevel.MEMORY_AND_DISK).count()
         info = [i for i in sc._jsc.sc().getRDDStorageInfo() if i.id() == decoded.id()]
         in_memory, on_disk = (info[0].memSize(), info[0].diskSize()) if info else (0, 0)
-        rows = decoded.mapPartitions(partial(_staged_process, process_s=cfg.process_s)).count()
-        decoded.unpersist()
+        rows = sum(decoded.mapPartitions(partial(_staged_infer, infer_s=cfg.infer_s, locks=locks,
+                                                 gpus=cfg.gpus)).collect())
+        decoded.unpersist(blocking=True)
         wall = time.perf_counter() - start
-    assert rows == sum(sizes)
-    return {"time_s": wall, "peak_bytes": mem.peak, "held_in_memory_bytes": in_memory, "spilled_bytes": on_disk}
+    assert rows == sum(sizes), (rows, sum(sizes))
+    return {"time_s": wall, "data_in_memory_bytes": in_memory, "spilled_bytes": on_disk,
+            "processes_bytes": processes.peak}
+
+
+def spark_storage_bytes(spark) -> int:
+    """The storage memory Spark's memory manager offers now (its whole unified memory when idle)."""
+    return spark.sparkContext._jvm.org.apache.spark.SparkEnv.get().memoryManager().maxOnHeapStorageMemory()
 
 
 def main() -> None:
     args = parse_args(__doc__)
     cfg = QUICK if args.quick else W5()
-    spark = spark_session(cfg.cpus)
-    warm_up(cfg.cpus)
+    fraction = cfg.limit_mib / (DRIVER_MEMORY_MIB - SPARK_RESERVED_MIB)
+    spark = spark_session(cfg.cpus + cfg.gpus, driver_memory=f"{DRIVER_MEMORY_MIB}m",
+                          conf={"spark.memory.fraction": f"{fraction:.4f}"})
+    warm_up(cfg.cpus + cfg.gpus)
+    storage = spark_storage_bytes(spark)
+    locks = lock_dir()
     block_dir = tempfile.mkdtemp(prefix="streambatch-w5-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    idle = PeakMemory(tmpfs_dir=block_dir).sample()
-    results = {"config": asdict(cfg), "idle_bytes": idle, "runs": {}}
+    idle = PeakMemory(kind="pss").sample()
+    results = {"config": asdict(cfg), "spark_storage_memory_bytes": storage, "idle_processes_bytes": idle,
+               "runs": {}}
+    print(f"Spark unified memory (storage available): {storage / MiB:.0f} MiB; limit {cfg.limit_mib} MiB", flush=True)
     rows = []
     for spread in cfg.spreads:
         sizes = cfg.sizes(spread)
-        runs = {"spark-staged": run_spark_staged(spark, cfg, sizes)}
+        runs = {"spark-staged": run_spark_staged(spark, cfg, sizes, locks)}
         for policy in ("adaptive", "conservative"):
             runs[f"ours-{policy}"] = run_ours(cfg, sizes, policy, block_dir)
+        label = f"{spread}x ({min(sizes)}-{max(sizes)} MiB, {sum(sizes)} MiB total)"
         for name, run in runs.items():
-            above_idle = max(0, run["peak_bytes"] - idle)
-            run["peak_above_idle_bytes"] = above_idle
-            verdict = "under" if above_idle <= cfg.limit_mib * MiB else "OVER"
-            spill = f", spilled {run['spilled_bytes'] / MiB:.0f} MiB" if run["spilled_bytes"] else ""
-            rows.append([f"{spread}x ({min(sizes)}-{max(sizes)} MiB, {sum(sizes)} MiB total)", name,
-                         f"{run['time_s']:.1f}", f"{above_idle / MiB:.0f} ({verdict} {cfg.limit_mib}){spill}"])
-            print(f"{spread}x {name}: {run['time_s']:.1f} s, peak {above_idle / MiB:.0f} MiB above idle{spill}",
+            run["processes_above_idle_bytes"] = max(0, run["processes_bytes"] - idle)
+            in_memory = run["data_in_memory_bytes"] / MiB
+            verdict = "under" if in_memory <= cfg.limit_mib else "OVER"
+            spilled = run["spilled_bytes"] / MiB
+            rows.append([label, name, f"{run['time_s']:.1f}", f"{in_memory:.0f} ({verdict})",
+                         f"{spilled:.0f}" if spilled else "0", f"{run['processes_above_idle_bytes'] / MiB:.0f}"])
+            print(f"{spread}x {name}: {run['time_s']:.1f} s, data in memory {in_memory:.0f} MiB, "
+                  f"spilled {spilled:.0f} MiB, processes +{run['processes_above_idle_bytes'] / MiB:.0f} MiB",
                   flush=True)
         results["runs"][f"{spread}x"] = runs
-    table = (f"W5: {cfg.inputs} inputs decoding to 1 MiB frames, memory limit {cfg.limit_mib} MiB, "
-             f"{cfg.cpus} CPU slots\n\n"
-             + markdown_table(["input sizes", "system", "time s", "peak MiB above idle (vs limit)"], rows))
+    table = (f"W5: {cfg.inputs} inputs decoding to 1 MiB frames, memory limit {cfg.limit_mib} MiB for intermediate "
+             f"data (Spark unified memory {storage / MiB:.0f} MiB), {cfg.cpus} CPU + {cfg.gpus} GPU slots, "
+             f"blocks of {cfg.block_mib} MiB\n\n"
+             + markdown_table(["input sizes", "system", "time s", "peak data in memory MiB (vs limit)",
+                               "spilled to disk MiB", "processes' peak PSS above idle MiB"], rows))
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     names = list(next(iter(results["runs"].values())))
     width = 0.8 / len(names)
+    xs = range(len(cfg.spreads))
     for i, name in enumerate(names):
-        ys = [results["runs"][f"{s}x"][name]["peak_above_idle_bytes"] / MiB for s in cfg.spreads]
-        ax.bar([x + i * width for x in range(len(cfg.spreads))], ys, width, label=name)
-    ax.axhline(cfg.limit_mib, color="red", linewidth=1, label="memory limit")
-    ax.set_xticks([x + width for x in range(len(cfg.spreads))], [f"{s}x spread" for s in cfg.spreads])
-    ax.set_ylabel("peak memory above idle (MiB)")
-    ax.set_title("W5 exploding partitions")
-    ax.legend()
+        runs = [results["runs"][f"{s}x"][name] for s in cfg.spreads]
+        left.bar([x + i * width for x in xs], [r["data_in_memory_bytes"] / MiB for r in runs], width, label=name)
+        left.bar([x + i * width for x in xs], [r["spilled_bytes"] / MiB for r in runs], width,
+                 bottom=[r["data_in_memory_bytes"] / MiB for r in runs], color="none", edgecolor="black",
+                 hatch="//", label="spilled to disk" if i == 0 else None)
+        right.bar([x + i * width for x in xs], [r["time_s"] for r in runs], width, label=name)
+    left.axhline(cfg.limit_mib, color="red", linewidth=1, label="memory limit")
+    for ax in (left, right):
+        ax.set_xticks([x + width for x in xs], [f"{s}x spread" for s in cfg.spreads])
+    left.set_ylabel("intermediate data (MiB)")
+    left.set_title("peak in memory (+ spilled)")
+    right.set_ylabel("seconds")
+    right.set_title("completion time")
+    left.legend(fontsize=8)
+    fig.suptitle("W5 exploding partitions")
     save(args.out, "w5_exploding" + ("_quick" if args.quick else ""), results, table, fig)
 
 

@@ -45,10 +45,11 @@ class DataContext:
     :param target_min_block_size: blocks smaller than this are coalesced: the
         scheduler hands several to one downstream task. Default 1 MiB.
     :param memory_limit: bytes of intermediate blocks the scheduler keeps in flight.
-        Default: a quarter of physical memory.
+        A running task writes blocks beyond its reservation only when the scheduler
+        grants the memory (streaming task output). Default: a quarter of physical memory.
     :param scheduling_policy: ``"adaptive"`` (Algorithms 1 and 2 of the paper: may
         briefly overshoot, keeps slots busy) or ``"conservative"`` (launches a task
-        only when its estimated output fits: never exceeds ``memory_limit``).
+        only when its estimated output fits: stays under ``memory_limit``).
     :param resources: execution slots, e.g. ``{"CPU": 8, "GPU": 2, "tpu": 1}``.
         ``None`` reads them from the Spark configuration (task slots for CPU,
         ``spark.executor.resource.gpu.amount`` times executors for GPU).

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from dataclasses import dataclass
 
 from pyspark import cloudpickle
 
@@ -37,6 +38,7 @@ from airflow_streambatch.engine.resources import ResourcePool
 from airflow_streambatch.engine.scheduler import MemoryState, make_policy
 from airflow_streambatch.engine.spark_backend import SparkBackend, get_spark, ship_package, slots_from_spark
 from airflow_streambatch.engine.stats import RunStats, progress_line
+from airflow_streambatch.engine.streams import StreamWatcher, WatchedTask
 from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSpec
 from airflow_streambatch.engine.transforms import WriteFiles
 
@@ -55,6 +57,16 @@ def _ensure_progress_visible() -> None:
 
 _DONE = object()
 NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
+STALL_S = 1.0  # nothing moved for this long while tasks wait for memory: grant one block anyway
+
+
+@dataclass
+class Launch:
+    """One Spark job in flight: its operator, tasks and slots."""
+
+    state: OpState
+    specs: list[TaskSpec]
+    gpu_ids: list[tuple[str, ...]]
 
 
 class StreamingExecutor:
@@ -72,8 +84,12 @@ class StreamingExecutor:
         self._lock = threading.Lock()  # guards memory accounting shared with consumers
         self._owner: dict[str, int] = {}  # block_id -> producing op index
         self._path_refs: dict[str, int] = {}  # block file -> live references (slices share files)
-        self._launches: dict[int, tuple[OpState, list[TaskSpec], list[tuple[str, ...]], float]] = {}
+        self._launches: dict[int, Launch] = {}
         self._attempts: dict[tuple[int, str], int] = {}  # (operator, task key) -> failed runs
+        self._delivered: dict[tuple[int, str], set[str]] = {}  # (operator, task key) -> streamed block ids
+        self.streams = StreamWatcher(self.run_dir)
+        self._last_move = time.monotonic()  # last time a block, a job or a grant moved
+        self._over_limit_warned = False
         self.lineage = LineageTable(ops[0].lineage if ops[0].kind == "blocks" else None)
         sink = ops[-1].transforms[-1] if ops[-1].transforms else None
         self.committer = PartitionCommitter(sink.path, self.run_id) if isinstance(sink, WriteFiles) else None
@@ -92,6 +108,11 @@ class StreamingExecutor:
         self.states = [OpState(i, op, self.ctx, self.pool) for i, op in enumerate(self.ops)]
         for state in self.states:
             state.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
+            mine = {name for name, _ in state.op.compute.resources}
+            state.shares_slots_with = [
+                d for d in self.states[state.index + 1:]
+                if d.op.runs_tasks and mine & {name for name, _ in d.op.compute.resources}
+            ]
             if state.op.runs_tasks:
                 self.pool.check_feasible(state.op.compute, state.op.name)
         self._plan_source()
@@ -177,6 +198,7 @@ class StreamingExecutor:
         self.stats.start()
         while not self._stop.is_set():
             self._collect(timeout=0.02)
+            self._follow_streams()
             if all(s.done for s in self.states):
                 return
             now = time.monotonic()
@@ -213,15 +235,19 @@ class StreamingExecutor:
         capacity = self.pool.capacity_for(state.op.compute)
         want = partitions * state.sizer.depth(state.estimates.task_s, state.ready_tasks(), capacity)
         specs: list[TaskSpec] = []
-        reserved = 0.0
+        estimates: list[float] = []
+        block = state.block_estimate()
         while len(specs) < want and state.has_input():
             if specs and not self._room_for_another(state):
                 break
             estimate = state.next_task_output_estimate(pessimistic=self.ctx.scheduling_policy == "conservative")
-            if not state.estimates.known and self.ctx.scheduling_policy == "conservative":
-                estimate = max(estimate, self.memory.limit - self.memory.used - self.memory.reserved)
+            # a task writes what its reservation (and its input's size) covers without asking;
+            # more waits for grants, so nothing reserves more than is free
+            room = max(0.0, self.memory.limit - self.memory.used - self.memory.reserved)
+            conservative_probe = not state.estimates.known and self.ctx.scheduling_policy == "conservative"
+            estimate = room if conservative_probe else min(estimate, room)
             specs.append(self._next_spec(state))
-            reserved += estimate
+            estimates.append(estimate)
             self.memory.reserved += estimate
             if state.is_source:
                 self.policy.on_source_launch(estimate)
@@ -229,15 +255,21 @@ class StreamingExecutor:
                 break  # a probe runs alone until its size is known
         partitions = min(partitions, len(specs))
         gpu_ids = [self.pool.acquire(state.index, state.op.compute) for _ in range(partitions)]
+        launch_id = len(self.stats.launch_log)
         groups: list[list[bytes]] = [[] for _ in range(partitions)]
-        for i, spec in enumerate(specs):
+        for i, (spec, estimate) in enumerate(zip(specs, estimates)):
             spec.gpu_ids = gpu_ids[i % partitions]
+            spec.stream = f"{state.index}-{spec.task_key}-{launch_id}"
+            input_bytes = sum(ref.size_bytes for ref in spec.inputs)
+            spec.granted = int((estimate + input_bytes) // block)
+            spec.skip_blocks = len(self._delivered.get((state.index, spec.task_key), ()))
+            self.streams.watch(WatchedTask(state.index, spec.task_key, spec.stream, spec.granted, estimate,
+                                           input_bytes))
             groups[i % partitions].append(cloudpickle.dumps(spec))
         state.running_tasks += len(specs)
         state.stats.launched(len(specs))
-        launch_id = len(self.stats.launch_log)
         self.stats.launch_log.append((state.index, len(specs), partitions))
-        self._launches[launch_id] = (state, specs, gpu_ids, reserved)
+        self._launches[launch_id] = Launch(state, specs, gpu_ids)
         self.backend.submit(launch_id, state.op.name, self._payloads[state.index], groups)
 
     def _room_for_another(self, state: OpState) -> bool:
@@ -272,11 +304,15 @@ class StreamingExecutor:
                 outcome = None
 
     def _finish_launch(self, outcome) -> None:
-        state, specs, gpu_ids, reserved = self._launches.pop(outcome.launch_id)
+        self._follow_streams(grant=False)  # blocks announced just before the job ended
+        launch = self._launches.pop(outcome.launch_id)
+        state, specs, gpu_ids = launch.state, launch.specs, launch.gpu_ids
+        for spec in specs:
+            self._unreserve(self.streams.forget(spec.stream).reserved)
         for ids in gpu_ids:
             self.pool.release(state.index, state.op.compute, ids)
         state.running_tasks -= len(specs)
-        self.memory.reserved = max(0.0, self.memory.reserved - reserved)
+        self._last_move = time.monotonic()
         if outcome.error is not None:  # Spark lost the job (worker crash, executor lost): retry its tasks
             message = f"Spark job failed: {_root_cause(outcome.error)}"
             for spec in specs:
@@ -304,10 +340,12 @@ class StreamingExecutor:
     def _task_succeeded(self, state: OpState, spec: TaskSpec, result: TaskResult) -> None:
         state.estimates.observe(result.work_s, result.input_bytes, result.output_bytes)
         state.stats.task_done(result)
-        self.lineage.register(state.op.name, self._payloads[state.index], spec, result.blocks)
+        self.lineage.register(state.op.name, self._payloads[state.index], spec.for_replay(), result.blocks)
         self.partitions.add_files(spec.partitions, result.files)
+        streamed = self._delivered.pop((state.index, spec.task_key), set())
         for ref in result.blocks:
-            self._emit(state, ref)
+            if ref.block_id not in streamed:
+                self._emit(state, ref)
         for ref in spec.inputs:
             self._release(ref)
         if spec.read_task is not None:
@@ -324,6 +362,7 @@ class StreamingExecutor:
             return
         for ref in spec.inputs:
             self._release(ref)
+        self._delivered.pop(key, None)
         for p in spec.partitions:
             self.partitions.fail(PartitionFailure(p, self.partitions.label(p), state.op.name, error, remote_traceback))
             self._drop_partition(p)
@@ -356,6 +395,45 @@ class StreamingExecutor:
     def _run_now(self, op_blob: bytes, spec: TaskSpec) -> TaskResult:
         return cloudpickle.loads(self.backend.run_now(op_blob, cloudpickle.dumps(spec)))
 
+    # -- streamed blocks and memory grants -----------------------------------------
+    def _follow_streams(self, grant: bool = True) -> None:
+        """Pass on the blocks running tasks announced, then grant memory to tasks waiting
+        for it, most downstream first (they free memory soonest). When nothing has moved
+        for ``STALL_S`` and no block waits for the consumer, the memory is held by inputs
+        that can only be freed by tasks that are themselves waiting: grant one block over
+        the limit rather than deadlock."""
+        now = time.monotonic()
+        for task, ref in self.streams.poll():
+            self._delivered.setdefault((task.op_index, task.task_key), set()).add(ref.block_id)
+            taken = min(task.reserved, ref.size_bytes)  # the block now counts as used, not reserved
+            task.reserved -= taken
+            self._unreserve(taken)
+            self._emit(self.states[task.op_index], ref)
+            self._last_move = now
+        if not grant:
+            return
+        for task in self.streams.waiting():
+            block = self.states[task.op_index].block_estimate()
+            extra = max(0.0, block - task.reserved)  # its reservation first
+            frees_as_much = task.written + block <= task.input_bytes
+            if frees_as_much or self.memory.used + self.memory.reserved + extra <= self.memory.limit:
+                task.reserved += extra
+                self.memory.reserved += extra
+                self.streams.grant(task, task.waiting_for + 1)
+                self._last_move = now
+        waiting = self.streams.waiting()
+        if waiting and now - self._last_move > STALL_S and self.states[-1].buffered_output_bytes == 0:
+            if not self._over_limit_warned:
+                log.warning("memory_limit (%d bytes) is full of blocks whose consumers are waiting for memory "
+                            "themselves; writing one block over the limit to make progress. Raise "
+                            "DataContext.memory_limit or lower target_max_block_size.", self.memory.limit)
+                self._over_limit_warned = True
+            self.streams.grant(waiting[0], waiting[0].waiting_for + 1)
+            self._last_move = now
+
+    def _unreserve(self, nbytes: float) -> None:
+        self.memory.reserved = max(0.0, self.memory.reserved - nbytes)
+
     # -- block flow -------------------------------------------------------------
     def _emit(self, state: OpState, ref: BlockRef, owned: bool = True) -> None:
         """A block produced by ``state``: account it and pass it downstream."""
@@ -363,6 +441,7 @@ class StreamingExecutor:
             if owned:
                 self._owner[ref.block_id] = state.index
                 self._path_refs[ref.path] = self._path_refs.get(ref.path, 0) + 1
+                state.largest_block = max(state.largest_block, ref.size_bytes)
                 state.buffered_output_bytes += ref.size_bytes
                 self.memory.used += ref.size_bytes
                 self.memory.peak = max(self.memory.peak, self.memory.used)

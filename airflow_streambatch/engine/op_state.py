@@ -48,6 +48,8 @@ class OpState:
         self.mix_partitions = False
         self.rows_seen = 0  # limit: rows passed on so far
         self.cut = False  # upstream of a satisfied limit: launch nothing, drop outputs
+        self.largest_block = 0  # bytes of the largest block this operator has written
+        self.shares_slots_with: list[OpState] = []  # downstream operators using a resource of ours (executor)
         self.groups: deque[list[BlockRef]] = deque()  # repartition: slice groups, one per task
         self.barrier_blocks: list[BlockRef] = []  # repartition: inputs held until all groups ran
         first = op.transforms[0] if op.transforms else None
@@ -83,12 +85,22 @@ class OpState:
             return self.estimates.output_for_input(0, pessimistic)
         return self.estimates.output_for_input(self.next_task_input_bytes(), pessimistic)
 
+    def block_estimate(self) -> int:
+        """Bytes of the next block this operator writes: its largest so far, at most the target."""
+        return min(self.ctx.target_max_block_size, self.largest_block or self.ctx.target_max_block_size)
+
     def ready_tasks(self) -> int:
         """About how many tasks could start now (blocks stand in for bundles)."""
         return len(self.retry_specs) + len(self.pending_reads) + len(self.groups) + len(self.inputs)
 
     def usable_slots(self) -> int:
-        return self.pool.slots_for(self.index, self.op.compute)
+        """Free slots, less one for each downstream operator that shares a resource with
+        this one and runs nothing: a task waiting for memory keeps its slot, so a producer
+        must not take the last slot the consumer of its blocks needs (Ray Data reserves
+        resources per operator for the same reason). Nothing running: one slot at least."""
+        free = self.pool.slots_for(self.index, self.op.compute)
+        held = sum(1 for op in self.shares_slots_with if op.running_tasks == 0 and not op.done)
+        return max(free - held, 0 if self.running_tasks else min(free, 1))
 
     @property
     def done(self) -> bool:

@@ -4,8 +4,11 @@
 free slots and output space, the one with the least buffered output) with its
 source budget replenished by Algorithm 2 (the estimated rate at which data leaves
 the pipeline). ``ConservativePolicy`` launches a task only when its estimated output
-fits under the memory limit beside everything buffered and reserved, so it never
-exceeds the limit (at the price of idle slots when memory is tight).
+fits under the memory limit beside everything buffered and reserved (at the price of
+idle slots when memory is tight). Under either policy a running task writes blocks
+past its reservation only with the executor's grant (`streams.py`), so an input that
+explodes cannot carry memory past the limit; the one exception is a limit too small
+for any consumer to run, where the executor writes one block over it and warns.
 
 Policies see operators through `OpView`, a narrow read-only protocol; the executor
 owns the state.
@@ -142,7 +145,7 @@ class AdaptivePolicy:
 
 @dataclass
 class ConservativePolicy:
-    """Launch only what is guaranteed to fit: never exceeds the memory limit."""
+    """Launch only what is estimated to fit, probing unknown operators one task at a time."""
 
     memory: MemoryState
     budget: float = math.inf
@@ -151,9 +154,13 @@ class ConservativePolicy:
         return None
 
     def _fits(self, op: OpView) -> bool:
-        if not op.estimates.known:  # probe: one task alone until its output size is known
-            return op.running() == 0 and self.memory.used + self.memory.reserved < self.memory.limit
+        if op.running() == 0:
+            return True  # an idle operator may always start one task: its blocks wait for memory grants
+        if not op.estimates.known:
+            return False  # a probe runs alone until its output size is known
         estimate = op.next_task_output_estimate(pessimistic=True)
+        if estimate <= op.next_task_input_bytes():
+            return True  # it frees more than it writes: it must run for memory to drain
         return self.memory.used + self.memory.reserved + estimate <= self.memory.limit
 
     def may_launch_source(self, source: OpView) -> bool:

@@ -13,12 +13,13 @@ import os
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark import cloudpickle
 
 from airflow_streambatch.engine.blocks import BlockBuilder, BlockRef, read_block, write_block
 from airflow_streambatch.engine.datasource import ReadTask
+from airflow_streambatch.engine.streams import NO_GRANT_LIMIT, OutputStream
 from airflow_streambatch.engine.transforms import TaskEnv, Transform, chain, gpu_env
 
 
@@ -36,13 +37,25 @@ class OperatorPayload:
 
 @dataclass
 class TaskSpec:
-    """One task: its stable key, what it reads, and the partitions it descends from."""
+    """One task: its stable key, what it reads, and the partitions it descends from.
+
+    ``stream`` names the task's output stream (`streams.py`) when the driver watches
+    it: the task may then write ``granted`` blocks before it must wait for a grant,
+    and skips the first ``skip_blocks``, which an earlier attempt delivered.
+    """
 
     task_key: str
     partitions: tuple[int, ...]
     inputs: list[BlockRef] = field(default_factory=list)
     read_task: ReadTask | None = None
     gpu_ids: tuple[str, ...] = ()
+    stream: str | None = None
+    granted: int = NO_GRANT_LIMIT
+    skip_blocks: int = 0
+
+    def for_replay(self) -> TaskSpec:
+        """This task as lineage replays it: synchronously, writing every block, unwatched."""
+        return replace(self, stream=None, granted=NO_GRANT_LIMIT, skip_blocks=0)
 
 
 @dataclass
@@ -66,6 +79,50 @@ def _input_tables(spec: TaskSpec) -> Iterator:
             yield read_block(ref)
 
 
+class TaskOutput:
+    """Writes one task's blocks. Skips those an earlier attempt delivered, waits for the
+    driver's grant before writing past ``spec.granted``, and announces each block on the
+    task's stream except the last (which travels with the result a moment later)."""
+
+    def __init__(self, op: OperatorPayload, spec: TaskSpec):
+        self.op = op
+        self.spec = spec
+        self.blocks: list[BlockRef] = []
+        self.stream = OutputStream(op.run_dir, spec.stream, spec.granted) if spec.stream else None
+        self.announced = 0
+        self.finishing = False
+
+    @property
+    def waited_s(self) -> float:
+        return self.stream.waited_s if self.stream is not None else 0.0
+
+    def emit(self, table) -> BlockRef:
+        op, spec, index = self.op, self.spec, len(self.blocks)
+        ref = BlockRef(
+            block_id=f"{op.op_index}:{spec.task_key}:{index}",
+            path=os.path.join(op.run_dir, f"{op.op_index}-{spec.task_key}-{index}.arrow"),
+            num_rows=table.num_rows,
+            size_bytes=table.nbytes,
+            producer=(op.name, spec.task_key, index),
+            partitions=spec.partitions,
+        )
+        self.blocks.append(ref)
+        if index < spec.skip_blocks:
+            return ref  # an earlier attempt delivered it: regenerated, not written again
+        if self.stream is not None:
+            self.stream.wait_for(index)
+        write_block(table, ref.path)
+        if self.stream is not None and not self.finishing:
+            self.stream.announce(ref)
+            self.announced += 1
+        return ref
+
+    def discard_unannounced(self) -> None:
+        """The task failed: remove what it wrote that the driver does not know of."""
+        for ref in self.blocks[self.spec.skip_blocks + self.announced:]:
+            _remove(ref.path)
+
+
 def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     """Run one task to completion; never raises for errors in user code or data."""
     start = time.perf_counter()
@@ -74,24 +131,8 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
         return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost)
     env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions)
     gpu_env(env.gpu_ids)
-    blocks: list[BlockRef] = []
-
-    def emit(table) -> BlockRef:
-        index = len(blocks)
-        path = os.path.join(op.run_dir, f"{op.op_index}-{spec.task_key}-{index}.arrow")
-        write_block(table, path)
-        ref = BlockRef(
-            block_id=f"{op.op_index}:{spec.task_key}:{index}",
-            path=path,
-            num_rows=table.num_rows,
-            size_bytes=table.nbytes,
-            producer=(op.name, spec.task_key, index),
-            partitions=spec.partitions,
-        )
-        blocks.append(ref)
-        return ref
-
-    builder = BlockBuilder(op.target_block_bytes, emit)
+    output = TaskOutput(op, spec)
+    builder = BlockBuilder(op.target_block_bytes, output.emit)
     input_bytes = sum(ref.size_bytes for ref in spec.inputs)
     schema = None
     try:
@@ -103,18 +144,18 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
                                 f"{table.schema}; return the same columns and types from every batch")
             for _ in builder.add(table):
                 pass
+        output.finishing = True
         for _ in builder.finish():
             pass
     except Exception as exc:  # noqa: BLE001 - user code: report, never crash the worker
-        for ref in blocks:
-            _remove(ref.path)
+        output.discard_unannounced()
         return TaskResult(
             spec.task_key, [], time.perf_counter() - start, input_bytes, 0,
             error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(),
         )
-    return TaskResult(
-        spec.task_key, blocks, time.perf_counter() - start, input_bytes,
-        sum(ref.size_bytes for ref in blocks), files=env.written,
+    return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
+        spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,
+        sum(ref.size_bytes for ref in output.blocks), files=env.written,
     )
 
 

@@ -1,0 +1,147 @@
+"""Streaming task output: blocks leave a running task as they are cut, under the driver's grants.
+
+A task that decodes one video into 200 MiB of frames must not hold all of it until
+it finishes (paper section 4.2.1; Ray Data's streaming generators). Blocks are files,
+so the protocol is files too, in ``<run_dir>/streams/`` (tmpfs locally, the shared
+block directory on a cluster):
+
+* the task appends one JSON line per block it writes to ``<task>.stream``, and a
+  ``{"wait": i}`` line when it must stop before writing block ``i``;
+* the driver reads those lines every turn of its loop, passes each block downstream
+  at once (the consumer may start before the producer ends), and writes the number
+  of blocks the task may write to ``<task>.grant`` when memory allows.
+
+A task may write ``spec.granted`` blocks without asking: the driver gives each task
+the blocks its launch estimate already reserved, so tasks whose output is as
+expected never wait. ``spec.skip_blocks`` blocks were delivered by an earlier
+attempt of the task: a retry regenerates them (streaming repartition is
+deterministic) but neither writes nor announces them, so nothing is delivered twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+from airflow_streambatch.engine.blocks import BlockRef
+
+STREAM_DIR = "streams"
+NO_GRANT_LIMIT = 1 << 62  # lineage replays and unstreamed tasks write freely
+
+
+def stream_name(op_index: int, task_key: str, attempt: int) -> str:
+    return f"{op_index}-{task_key}-{attempt}"
+
+
+class OutputStream:
+    """The task side: waits for grants before writing a block, announces each block written."""
+
+    def __init__(self, run_dir: str, name: str, granted: int, poll_s: float = 0.01):
+        self.dir = os.path.join(run_dir, STREAM_DIR)
+        self.path = os.path.join(self.dir, f"{name}.stream")
+        self.grant_path = os.path.join(self.dir, f"{name}.grant")
+        self.granted = granted
+        self.poll_s = poll_s
+        self.waited_s = 0.0
+
+    def wait_for(self, index: int) -> None:
+        """Return once block ``index`` may be written (the driver granted ``index + 1`` blocks)."""
+        if index < self.granted:
+            return
+        self._append({"wait": index})
+        start = time.perf_counter()
+        while index >= self.granted:
+            time.sleep(self.poll_s)
+            try:
+                with open(self.grant_path) as f:
+                    self.granted = max(self.granted, int(f.read() or 0))
+            except FileNotFoundError:
+                if not os.path.isdir(self.dir):  # the run is over (driver gone or cancelled)
+                    raise RuntimeError(f"the run's block directory {self.dir} is gone; stopping") from None
+        self.waited_s += time.perf_counter() - start
+
+    def announce(self, ref: BlockRef) -> None:
+        self._append({"block": asdict(ref)})
+
+    def _append(self, record: dict) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        with open(self.path, "a") as f:  # one write per line: the driver reads whole lines only
+            f.write(json.dumps(record) + "\n")
+
+
+@dataclass
+class WatchedTask:
+    """The driver's view of one running attempt of a streamed task."""
+
+    op_index: int
+    task_key: str
+    name: str
+    granted: int
+    reserved: float  # bytes of memory still reserved for blocks it has not yet written
+    input_bytes: int  # it may write as much as it reads: its inputs are freed when it ends
+    offset: int = 0
+    announced: int = 0
+    written: int = 0
+    waiting_for: int | None = None
+
+
+class StreamWatcher:
+    """The driver side: reads announcements of running tasks and writes grants."""
+
+    def __init__(self, run_dir: str):
+        self.dir = os.path.join(run_dir, STREAM_DIR)
+        self.tasks: dict[str, WatchedTask] = {}
+
+    def watch(self, task: WatchedTask) -> None:
+        self.tasks[task.name] = task
+
+    def forget(self, name: str) -> WatchedTask:
+        """Stop watching a task whose attempt ended; returns its last state."""
+        for suffix in (".stream", ".grant"):
+            try:
+                os.remove(os.path.join(self.dir, name + suffix))
+            except FileNotFoundError:
+                pass
+        return self.tasks.pop(name)
+
+    def poll(self) -> list[tuple[WatchedTask, BlockRef]]:
+        """New blocks announced since the last poll, in each task's order."""
+        try:
+            present = set(os.listdir(self.dir))
+        except FileNotFoundError:
+            return []
+        found = []
+        for task in self.tasks.values():
+            if f"{task.name}.stream" not in present:
+                continue
+            with open(os.path.join(self.dir, f"{task.name}.stream"), "rb") as f:
+                f.seek(task.offset)
+                data = f.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            task.offset += len(complete)
+            for line in complete.splitlines():
+                record = json.loads(line)
+                if "wait" in record:
+                    task.waiting_for = record["wait"]
+                    continue
+                fields = record["block"]
+                fields["producer"] = tuple(fields["producer"])
+                fields["partitions"] = tuple(fields["partitions"])
+                task.announced += 1
+                task.written += fields["size_bytes"]
+                found.append((task, BlockRef(**fields)))
+        return found
+
+    def waiting(self) -> list[WatchedTask]:
+        """Tasks stopped for want of a grant, most downstream operator first."""
+        stuck = [t for t in self.tasks.values() if t.waiting_for is not None and t.waiting_for >= t.granted]
+        return sorted(stuck, key=lambda t: -t.op_index)
+
+    def grant(self, task: WatchedTask, blocks: int) -> None:
+        task.granted = blocks
+        tmp = os.path.join(self.dir, f"{task.name}.grant.tmp")
+        with open(tmp, "w") as f:
+            f.write(str(blocks))
+        os.replace(tmp, os.path.join(self.dir, f"{task.name}.grant"))
