@@ -28,10 +28,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_root, os.environ.get("PY
 MiB = 1 << 20
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, extra: dict[str, dict] | None = None) -> argparse.Namespace:
+    """``--quick`` and ``--out``, plus the benchmark's own flags (``extra``: flag -> add_argument kwargs)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="small sizes for a CI smoke run (< 1 minute)")
     parser.add_argument("--out", default=os.path.join(_root, "benchmarks", "out"), help="where PNG/JSON go")
+    for flag, kwargs in (extra or {}).items():
+        parser.add_argument(flag, **kwargs)
     return parser.parse_args()
 
 

@@ -6,10 +6,13 @@ inference operator on (simulated) GPU slots spends ``infer_s`` per frame and kee
 a few bytes. Decoding streams: it yields one frame at a time. Both systems get the
 same memory limit for intermediate data:
 
-* spark-staged (the batch model): Spark's unified memory (execution + storage) is
-  set to the limit (``spark.memory.fraction``), the decoded stage is persisted
-  MEMORY_AND_DISK and counted, then inference runs over it. What does not fit in
-  storage memory is spilled to disk (Spark's storage status says how much).
+* spark-staged (the batch model): an executor (here the local driver) of 1 GiB heap
+  whose unified memory (execution + storage) is set to the limit
+  (``spark.memory.fraction``); the decoded stage is persisted MEMORY_AND_DISK and
+  counted, then inference runs over it. What does not fit in storage memory is
+  spilled to disk (Spark's storage status says how much). It runs in a child
+  process, its own Spark application, so that when its JVM runs out of heap the
+  failure is recorded and the other systems still run.
 * ours: decoding tasks cut their output into blocks at the target size as they go
   and pass each block on while they run (streaming repartition + streaming task
   output); a task that would write past the memory limit waits for the scheduler's
@@ -26,7 +29,11 @@ counted once. Both plus time, per spread.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -152,20 +159,53 @@ def run_spark_staged(spark, cfg: W5, sizes: list[int], locks: str) -> dict:
             "processes_bytes": processes.peak}
 
 
+STAGED_MARK = "W5-STAGED "
+
+
+def staged_in_child(cfg: W5, spread: int, quick: bool) -> dict:
+    """spark-staged in its own process and Spark application; a crash is a recorded failure."""
+    cmd = [sys.executable, "-m", "benchmarks.w5_exploding", "--staged-spread", str(spread)] + (["--quick"] * quick)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    for line in proc.stdout.splitlines():
+        if line.startswith(STAGED_MARK):
+            return json.loads(line[len(STAGED_MARK):])
+    errors = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if "Error" in line]
+    return {"failed": errors[0] if errors else f"exit code {proc.returncode}"}
+
+
+def staged_child(cfg: W5, spread: int) -> None:
+    spark = start_spark(cfg)
+    warm_up(cfg.cpus + cfg.gpus)
+    idle = PeakMemory(kind="pss").sample()
+    try:
+        run = run_spark_staged(spark, cfg, cfg.sizes(spread), lock_dir())
+        run["processes_above_idle_bytes"] = max(0, run["processes_bytes"] - idle)
+    except Exception as exc:  # noqa: BLE001 - the failure is the measurement
+        text = str(exc)
+        oom = re.search(r"java\.lang\.OutOfMemoryError: [\w ]+", text)
+        run = {"failed": oom.group(0) if oom else f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}
+    print(STAGED_MARK + json.dumps(run), flush=True)
+
+
+def start_spark(cfg: W5):
+    fraction = cfg.limit_mib / (DRIVER_MEMORY_MIB - SPARK_RESERVED_MIB)
+    return spark_session(cfg.cpus + cfg.gpus, driver_memory=f"{DRIVER_MEMORY_MIB}m",
+                         conf={"spark.memory.fraction": f"{fraction:.4f}"})
+
+
 def spark_storage_bytes(spark) -> int:
     """The storage memory Spark's memory manager offers now (its whole unified memory when idle)."""
     return spark.sparkContext._jvm.org.apache.spark.SparkEnv.get().memoryManager().maxOnHeapStorageMemory()
 
 
 def main() -> None:
-    args = parse_args(__doc__)
+    args = parse_args(__doc__, {"--staged-spread": {"type": int, "help": "internal: run spark-staged alone"}})
     cfg = QUICK if args.quick else W5()
-    fraction = cfg.limit_mib / (DRIVER_MEMORY_MIB - SPARK_RESERVED_MIB)
-    spark = spark_session(cfg.cpus + cfg.gpus, driver_memory=f"{DRIVER_MEMORY_MIB}m",
-                          conf={"spark.memory.fraction": f"{fraction:.4f}"})
+    if args.staged_spread:
+        return staged_child(cfg, args.staged_spread)
+    spark = start_spark(cfg)
     warm_up(cfg.cpus + cfg.gpus)
     storage = spark_storage_bytes(spark)
-    locks = lock_dir()
     block_dir = tempfile.mkdtemp(prefix="streambatch-w5-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     idle = PeakMemory(kind="pss").sample()
     results = {"config": asdict(cfg), "spark_storage_memory_bytes": storage, "idle_processes_bytes": idle,
@@ -174,12 +214,16 @@ def main() -> None:
     rows = []
     for spread in cfg.spreads:
         sizes = cfg.sizes(spread)
-        runs = {"spark-staged": run_spark_staged(spark, cfg, sizes, locks)}
+        runs = {"spark-staged": staged_in_child(cfg, spread, args.quick)}
         for policy in ("adaptive", "conservative"):
-            runs[f"ours-{policy}"] = run_ours(cfg, sizes, policy, block_dir)
+            runs[f"ours-{policy}"] = run = run_ours(cfg, sizes, policy, block_dir)
+            run["processes_above_idle_bytes"] = max(0, run["processes_bytes"] - idle)
         label = f"{spread}x ({min(sizes)}-{max(sizes)} MiB, {sum(sizes)} MiB total)"
         for name, run in runs.items():
-            run["processes_above_idle_bytes"] = max(0, run["processes_bytes"] - idle)
+            if "failed" in run:
+                rows.append([label, name, "fails", run["failed"], "", ""])
+                print(f"{spread}x {name}: fails: {run['failed']}", flush=True)
+                continue
             in_memory = run["data_in_memory_bytes"] / MiB
             verdict = "under" if in_memory <= cfg.limit_mib else "OVER"
             spilled = run["spilled_bytes"] / MiB
@@ -206,11 +250,17 @@ def main() -> None:
     xs = range(len(cfg.spreads))
     for i, name in enumerate(names):
         runs = [results["runs"][f"{s}x"][name] for s in cfg.spreads]
-        left.bar([x + i * width for x in xs], [r["data_in_memory_bytes"] / MiB for r in runs], width, label=name)
-        left.bar([x + i * width for x in xs], [r["spilled_bytes"] / MiB for r in runs], width,
-                 bottom=[r["data_in_memory_bytes"] / MiB for r in runs], color="none", edgecolor="black",
-                 hatch="//", label="spilled to disk" if i == 0 else None)
-        right.bar([x + i * width for x in xs], [r["time_s"] for r in runs], width, label=name)
+        at = [x + i * width for x in xs]
+        memory = [r.get("data_in_memory_bytes", 0) / MiB for r in runs]
+        left.bar(at, memory, width, label=name)
+        left.bar(at, [r.get("spilled_bytes", 0) / MiB for r in runs], width, bottom=memory, color="none",
+                 edgecolor="black", hatch="//", label="spilled to disk" if i == 0 else None)
+        right.bar(at, [r.get("time_s", 0) for r in runs], width, label=name)
+        for x, r in zip(at, runs):
+            if "failed" in r:
+                for ax in (left, right):
+                    ax.text(x, 0, "fails\n(out of\nmemory)" if "OutOfMemory" in r["failed"] else "fails",
+                            ha="center", va="bottom", fontsize=7, color="red")
     left.axhline(cfg.limit_mib, color="red", linewidth=1, label="memory limit")
     for ax in (left, right):
         ax.set_xticks([x + width for x in xs], [f"{s}x spread" for s in cfg.spreads])

