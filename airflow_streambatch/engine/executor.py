@@ -38,7 +38,7 @@ from airflow_streambatch.engine.resources import ResourcePool
 from airflow_streambatch.engine.scheduler import MemoryState, make_policy
 from airflow_streambatch.engine.spark_backend import SparkBackend, get_spark, ship_package, slots_from_spark
 from airflow_streambatch.engine.stats import RunStats, progress_line
-from airflow_streambatch.engine.streams import StreamWatcher, WatchedTask
+from airflow_streambatch.engine.streams import StreamWatcher, WatchedTask, stream_name
 from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSpec
 from airflow_streambatch.engine.transforms import WriteFiles
 
@@ -258,7 +258,7 @@ class StreamingExecutor:
         groups: list[list[bytes]] = [[] for _ in range(partitions)]
         for i, (spec, estimate) in enumerate(zip(specs, estimates)):
             spec.gpu_ids = gpu_ids[i % partitions]
-            spec.stream = f"{state.index}-{spec.task_key}-{launch_id}"
+            spec.stream = stream_name(state.index, spec.task_key, launch_id)
             input_bytes = sum(ref.size_bytes for ref in spec.inputs)
             spec.granted = int((estimate + input_bytes) // state.block_estimate(input_bytes))
             spec.skip_blocks = len(self._delivered.get((state.index, spec.task_key), ()))

@@ -31,8 +31,9 @@ STREAM_DIR = "streams"
 NO_GRANT_LIMIT = 1 << 62  # lineage replays and unstreamed tasks write freely
 
 
-def stream_name(op_index: int, task_key: str, attempt: int) -> str:
-    return f"{op_index}-{task_key}-{attempt}"
+def stream_name(op_index: int, task_key: str, launch_id: int) -> str:
+    """One name per attempt: a retried task is launched again, under a new launch id."""
+    return f"{op_index}-{task_key}-{launch_id}"
 
 
 class OutputStream:
@@ -66,7 +67,6 @@ class OutputStream:
         self._append({"block": asdict(ref)})
 
     def _append(self, record: dict) -> None:
-        os.makedirs(self.dir, exist_ok=True)
         with open(self.path, "a") as f:  # one write per line: the driver reads whole lines only
             f.write(json.dumps(record) + "\n")
 
@@ -82,7 +82,6 @@ class WatchedTask:
     reserved: float  # bytes of memory still reserved for blocks it has not yet written
     input_bytes: int  # it may write as much as it reads: its inputs are freed when it ends
     offset: int = 0
-    announced: int = 0
     written: int = 0
     waiting_for: int | None = None
 
@@ -129,7 +128,6 @@ class StreamWatcher:
                 fields = record["block"]
                 fields["producer"] = tuple(fields["producer"])
                 fields["partitions"] = tuple(fields["partitions"])
-                task.announced += 1
                 task.written += fields["size_bytes"]
                 found.append((task, BlockRef(**fields)))
         return found

@@ -19,7 +19,7 @@ from pyspark import cloudpickle
 
 from airflow_streambatch.engine.blocks import BlockBuilder, BlockRef, read_block, write_block
 from airflow_streambatch.engine.datasource import ReadTask
-from airflow_streambatch.engine.streams import NO_GRANT_LIMIT, OutputStream
+from airflow_streambatch.engine.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream
 from airflow_streambatch.engine.transforms import TaskEnv, Transform, chain, gpu_env
 
 
@@ -187,6 +187,6 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
     Drains its whole input, so Spark keeps the Python worker (and its cached models).
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
-    os.makedirs(op.run_dir, exist_ok=True)
+    os.makedirs(os.path.join(op.run_dir, STREAM_DIR), exist_ok=True)  # the run's folder with it
     results = [run_task(op, cloudpickle.loads(blob)) for group in groups for blob in group]
     return iter([cloudpickle.dumps(r) for r in results])
