@@ -256,6 +256,7 @@ class StreamingExecutor:
         gpu_ids = [self.pool.acquire(state.index, state.op.compute) for _ in range(partitions)]
         launch_id = len(self.stats.launch_log)
         groups: list[list[bytes]] = [[] for _ in range(partitions)]
+        previous: list[str | None] = [None] * partitions  # tasks of a partition run one after another
         for i, (spec, estimate) in enumerate(zip(specs, estimates)):
             spec.gpu_ids = gpu_ids[i % partitions]
             spec.stream = stream_name(state.index, spec.task_key, launch_id)
@@ -263,7 +264,8 @@ class StreamingExecutor:
             spec.granted = int((estimate + input_bytes) // state.block_estimate(input_bytes))
             spec.skip_blocks = len(self._delivered.get((state.index, spec.task_key), ()))
             self.streams.watch(WatchedTask(state.index, spec.task_key, spec.stream, spec.granted, estimate,
-                                           input_bytes))
+                                           input_bytes, after=previous[i % partitions]))
+            previous[i % partitions] = spec.stream
             groups[i % partitions].append(cloudpickle.dumps(spec))
         state.running_tasks += len(specs)
         state.stats.launched(len(specs))
@@ -397,11 +399,12 @@ class StreamingExecutor:
     # -- streamed blocks and memory grants -----------------------------------------
     def _follow_streams(self, grant: bool = True) -> None:
         """Pass on the blocks running tasks announced, then grant memory to tasks waiting
-        for it, most downstream first (they free memory soonest). When nothing has moved
-        for ``STALL_S`` (no block, no finished job, no grant) while tasks wait and no block
-        waits for the consumer, the memory is taken by inputs that only waiting tasks can
-        free (a limit smaller than what the operators need at once): grant one block over
-        the limit rather than deadlock. Slow tasks can trip it too: it is a soft bound."""
+        for it, most downstream first (they free memory soonest). A task that says it is
+        done gives back what it reserved and did not write. When nothing has moved for
+        ``STALL_S`` (no block, no finished task, no grant) while tasks wait, no block waits
+        for the consumer and no task that can write holds a reservation, the memory is
+        taken by inputs that only waiting tasks can free (a limit smaller than what the
+        operators need at once): grant one block over the limit rather than deadlock."""
         now = time.monotonic()
         for task, ref in self.streams.poll():
             self._delivered.setdefault((task.op_index, task.task_key), set()).add(ref.block_id)
@@ -410,10 +413,15 @@ class StreamingExecutor:
             self._unreserve(taken)
             self._emit(self.states[task.op_index], ref)
             self._last_move = now
+        for task in self.streams.tasks.values():
+            if task.finished and task.reserved:
+                self._unreserve(task.reserved)
+                task.reserved = 0
+                self._last_move = now
         if not grant:
             return
         waiting = self.streams.waiting()
-        idle = sum(task.reserved for task in waiting)  # reserved by tasks that write nothing until granted
+        idle = sum(task.reserved for task in waiting)  # a waiting task writes nothing until granted
         for task in waiting:
             need = max(float(self.states[task.op_index].block_estimate(task.input_bytes)), task.reserved)
             frees_as_much = task.written + need <= task.input_bytes
@@ -424,7 +432,11 @@ class StreamingExecutor:
                 self.streams.grant(task, task.waiting_for + 1)
                 self._last_move = now
         waiting = self.streams.waiting()
-        if waiting and now - self._last_move > STALL_S and self.states[-1].buffered_output_bytes == 0:
+        # tasks queued behind a waiting one keep their reservation (it lets them write without
+        # asking) but cannot use it before that one moves
+        writing = self.memory.reserved - sum(task.reserved for task in self.streams.held_back())
+        if (waiting and now - self._last_move > STALL_S and writing < 1
+                and self.states[-1].buffered_output_bytes == 0):
             if not self._over_limit_warned:
                 log.warning("tasks wait for memory under memory_limit (%d bytes) that only waiting tasks can "
                             "free; writing one block over the limit to make progress. "

@@ -5,8 +5,10 @@ it finishes (paper section 4.2.1; Ray Data's streaming generators). Blocks are f
 so the protocol is files too, in ``<run_dir>/streams/`` (tmpfs locally, the shared
 block directory on a cluster):
 
-* the task appends one JSON line per block it writes to ``<task>.stream``, and a
-  ``{"wait": i}`` line when it must stop before writing block ``i``;
+* the task appends one JSON line per block it writes to ``<task>.stream``, a
+  ``{"wait": i}`` line when it must stop before writing block ``i``, and a
+  ``{"done": n}`` line when it has written its ``n`` blocks (in a Spark job that runs
+  several tasks one after another in a partition, the job ends much later);
 * the driver reads those lines every turn of its loop, passes each block downstream
   at once (the consumer may start before the producer ends), and writes the number
   of blocks the task may write to ``<task>.grant`` when memory allows.
@@ -66,6 +68,9 @@ class OutputStream:
     def announce(self, ref: BlockRef) -> None:
         self._append({"block": asdict(ref)})
 
+    def finish(self, blocks: int) -> None:
+        self._append({"done": blocks})
+
     def _append(self, record: dict) -> None:
         with open(self.path, "a") as f:  # one write per line: the driver reads whole lines only
             f.write(json.dumps(record) + "\n")
@@ -84,6 +89,8 @@ class WatchedTask:
     offset: int = 0
     written: int = 0
     waiting_for: int | None = None
+    finished: bool = False  # wrote all its blocks; its Spark job may still run other tasks
+    after: str | None = None  # the task its Spark partition runs before it, if any
 
 
 class StreamWatcher:
@@ -125,6 +132,9 @@ class StreamWatcher:
                 if "wait" in record:
                     task.waiting_for = record["wait"]
                     continue
+                if "done" in record:
+                    task.finished = True
+                    continue
                 fields = record["block"]
                 fields["producer"] = tuple(fields["producer"])
                 fields["partitions"] = tuple(fields["partitions"])
@@ -136,6 +146,15 @@ class StreamWatcher:
         """Tasks stopped for want of a grant, most downstream operator first."""
         stuck = [t for t in self.tasks.values() if t.waiting_for is not None and t.waiting_for >= t.granted]
         return sorted(stuck, key=lambda t: -t.op_index)
+
+    def held_back(self) -> list[WatchedTask]:
+        """Tasks that write nothing until a grant: those waiting for one and those queued
+        behind a waiting task in their Spark partition. What they reserved is idle."""
+        held: dict[str, WatchedTask] = {t.name: t for t in self.waiting()}
+        for task in self.tasks.values():  # launch order: a task's predecessor comes first
+            if task.after in held and not task.finished:
+                held[task.name] = task
+        return list(held.values())
 
     def grant(self, task: WatchedTask, blocks: int) -> None:
         task.granted = blocks

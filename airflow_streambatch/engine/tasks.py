@@ -82,7 +82,7 @@ def _input_tables(spec: TaskSpec) -> Iterator:
 class TaskOutput:
     """Writes one task's blocks. Skips those an earlier attempt delivered, waits for the
     driver's grant before writing past ``spec.granted``, and announces each block on the
-    task's stream except the last (which travels with the result a moment later)."""
+    task's stream as soon as it is written, then that the task is done."""
 
     def __init__(self, op: OperatorPayload, spec: TaskSpec):
         self.op = op
@@ -90,7 +90,6 @@ class TaskOutput:
         self.blocks: list[BlockRef] = []
         self.stream = OutputStream(op.run_dir, spec.stream, spec.granted) if spec.stream else None
         self.announced = 0
-        self.finishing = False
 
     @property
     def waited_s(self) -> float:
@@ -112,7 +111,7 @@ class TaskOutput:
         if self.stream is not None:
             self.stream.wait_for(index)
         write_block(table, ref.path)
-        if self.stream is not None and not self.finishing:
+        if self.stream is not None:
             self.stream.announce(ref)
             self.announced += 1
         return ref
@@ -144,9 +143,10 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
                                 f"{table.schema}; return the same columns and types from every batch")
             for _ in builder.add(table):
                 pass
-        output.finishing = True
         for _ in builder.finish():
             pass
+        if output.stream is not None:
+            output.stream.finish(len(output.blocks))
     except Exception as exc:  # noqa: BLE001 - user code: report, never crash the worker
         output.discard_unannounced()
         return TaskResult(

@@ -20,9 +20,11 @@ import airflow_streambatch.engine as sb
 MiB = 1 << 20
 
 
-def _explode(batch, frames: int, log_dir: str, fail_after: int | None = None, marker_dir: str | None = None):
+def _explode(batch, frames: int, log_dir: str, fail_after: int | None = None, marker_dir: str | None = None,
+             open_s: float = 0.0):
     """Each input row becomes ``frames`` rows of 1 MiB, produced one at a time."""
     for source in batch["id"].to_pylist():
+        time.sleep(open_s)
         for i in range(frames):
             if fail_after is not None and i == fail_after and first_time(marker_dir, f"failed-{source}"):
                 raise RuntimeError(f"decoder crashed on input {source} at frame {i}")
@@ -97,3 +99,22 @@ def test_a_limit_smaller_than_a_bundle_warns_and_still_finishes(ctx, tmp_path, c
     with caplog.at_level(logging.WARNING, logger="airflow_streambatch.engine.progress"):
         assert ds.count() == 8
     assert any("Raise DataContext.memory_limit" in r.getMessage() for r in caplog.records)
+
+
+def test_tasks_run_in_turn_in_one_spark_job_each_hand_over_their_block_when_they_end(ctx, tmp_path, caplog):
+    """Short tasks share a Spark job, several in turn per partition. Each writes a single
+    block, its last: the driver must learn of it (and take back the task's unused
+    reservation) when the task ends, not when the job does, or it counts none of those
+    blocks against the limit and the next task in the partition waits for memory in vain."""
+    ctx.scheduling_policy = "conservative"
+    ctx.memory_limit = 12 * MiB  # three tasks' blocks
+    ctx.target_max_block_size = 4 * MiB
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    ds = _pipeline(log_dir, inputs=16, frames=4, open_s=1.2)  # the stall guard waits 1 s
+    with caplog.at_level(logging.WARNING, logger="airflow_streambatch.engine.progress"):
+        assert ds.count() == 64
+    stats = ds.last_run_stats
+    assert any(op == 0 and tasks > partitions for op, tasks, partitions in stats.launch_log)
+    assert 0 < stats.peak_memory_bytes <= 12 * MiB
+    assert not [r for r in caplog.records if "memory_limit" in r.getMessage()]
