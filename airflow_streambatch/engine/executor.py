@@ -105,7 +105,7 @@ class StreamingExecutor:
         self.pool = ResourcePool(resources)
         self.memory = MemoryState(self.ctx.memory_limit)
         self.policy = make_policy(self.ctx.scheduling_policy, self.memory)
-        self.states = [OpState(i, op, self.ctx, self.pool) for i, op in enumerate(self.ops)]
+        self.states = [OpState(i, op, self.ctx, self.pool, self.memory) for i, op in enumerate(self.ops)]
         for state in self.states:
             state.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
             mine = {name for name, _ in state.op.compute.resources}
@@ -244,6 +244,7 @@ class StreamingExecutor:
             # more waits for grants, so nothing reserves more than is free
             room = max(0.0, self.memory.limit - self.memory.used - self.memory.reserved)
             conservative_probe = not state.estimates.known and self.ctx.scheduling_policy == "conservative"
+            self.memory.short |= estimate > room
             estimate = room if conservative_probe else min(estimate, room)
             specs.append(self._next_spec(state))
             estimates.append(estimate)
@@ -432,6 +433,7 @@ class StreamingExecutor:
                 self.streams.grant(task, task.waiting_for + 1)
                 self._last_move = now
         waiting = self.streams.waiting()
+        self.memory.short |= bool(waiting)
         # tasks queued behind a waiting one keep their reservation (it lets them write without
         # asking) but cannot use it before that one moves
         writing = self.memory.reserved - sum(task.reserved for task in self.streams.held_back())

@@ -18,7 +18,7 @@ from airflow_streambatch.engine.blocks import BlockRef
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.plan import PhysicalOp
 from airflow_streambatch.engine.resources import ResourcePool
-from airflow_streambatch.engine.scheduler import Estimates
+from airflow_streambatch.engine.scheduler import Estimates, MemoryState
 from airflow_streambatch.engine.spark_backend import GroupSizer
 from airflow_streambatch.engine.stats import OpStats
 from airflow_streambatch.engine.tasks import TaskSpec
@@ -28,11 +28,12 @@ from airflow_streambatch.engine.transforms import MapBatches
 class OpState:
     """Driver-side state of one physical operator (implements the policy's `OpView`)."""
 
-    def __init__(self, index: int, op: PhysicalOp, ctx: DataContext, pool: ResourcePool):
+    def __init__(self, index: int, op: PhysicalOp, ctx: DataContext, pool: ResourcePool, memory: MemoryState):
         self.index = index
         self.op = op
         self.is_source = index == 0
         self.pool = pool
+        self.memory = memory
         self.ctx = ctx
         self.inputs: deque[BlockRef] = deque()
         self.retry_specs: deque[TaskSpec] = deque()  # failed tasks to run again, first
@@ -97,11 +98,16 @@ class OpState:
 
     def usable_slots(self) -> int:
         """Free slots, less one for each downstream operator that shares a resource with
-        this one and runs nothing: a task waiting for memory keeps its slot, so a producer
-        must not take the last slot the consumer of its blocks needs (Ray Data reserves
-        resources per operator for the same reason). Nothing running: one slot at least."""
+        this one, runs nothing and has blocks queued (or once memory is short: a task of
+        this run waited for a grant or was launched with less than its estimate). A task
+        waiting for memory keeps its slot, so a producer must not take the last slot the
+        consumer of its blocks needs (Ray Data reserves resources per operator for the
+        same reason). A consumer with nothing to do keeps no slot while memory is
+        plentiful: W4's embedding ran on one of two CPU slots while the other was kept
+        for a write that needed 1 s in all. Nothing running: one slot at least."""
         free = self.pool.slots_for(self.index, self.op.compute)
-        held = sum(1 for op in self.shares_slots_with if op.running_tasks == 0 and not op.done)
+        held = sum(1 for op in self.shares_slots_with
+                   if op.running_tasks == 0 and not op.done and (op.inputs or self.memory.short))
         return max(free - held, 0 if self.running_tasks else min(free, 1))
 
     @property
