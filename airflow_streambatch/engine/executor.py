@@ -436,7 +436,7 @@ class StreamingExecutor:
         self.memory.short |= bool(waiting)
         # tasks queued behind a waiting one keep their reservation (it lets them write without
         # asking) but cannot use it before that one moves
-        writing = self.memory.reserved - sum(task.reserved for task in self.streams.held_back())
+        writing = self.memory.reserved - sum(task.reserved for task in self.streams.held_back(waiting))
         if (waiting and now - self._last_move > STALL_S and writing < 1
                 and self.states[-1].buffered_output_bytes == 0):
             if not self._over_limit_warned:

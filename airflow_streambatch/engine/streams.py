@@ -147,10 +147,10 @@ class StreamWatcher:
         stuck = [t for t in self.tasks.values() if t.waiting_for is not None and t.waiting_for >= t.granted]
         return sorted(stuck, key=lambda t: -t.op_index)
 
-    def held_back(self) -> list[WatchedTask]:
-        """Tasks that write nothing until a grant: those waiting for one and those queued
+    def held_back(self, waiting: list[WatchedTask]) -> list[WatchedTask]:
+        """Tasks that write nothing until a grant: the ``waiting`` ones and those queued
         behind a waiting task in their Spark partition. What they reserved is idle."""
-        held: dict[str, WatchedTask] = {t.name: t for t in self.waiting()}
+        held: dict[str, WatchedTask] = {t.name: t for t in waiting}
         for task in self.tasks.values():  # launch order: a task's predecessor comes first
             if task.after in held and not task.finished:
                 held[task.name] = task
