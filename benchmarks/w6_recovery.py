@@ -13,6 +13,7 @@ holds each row exactly once.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -51,9 +52,12 @@ def _launch(cluster, work: str, sleep_s: float) -> subprocess.Popen:
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _commit_records(work: str) -> list[str]:
+    return glob.glob(f"{work}/out/p*/_commit.json")
+
+
 def _commits(work: str) -> int:
-    path = f"{work}/out/_commits"
-    return len([n for n in os.listdir(path) if n.endswith(".json")]) if os.path.isdir(path) else 0
+    return len(_commit_records(work))
 
 
 def _wait_commits(work: str, n: int, proc: subprocess.Popen) -> None:
@@ -64,8 +68,8 @@ def _wait_commits(work: str, n: int, proc: subprocess.Popen) -> None:
 def _timeline(work: str, start: float) -> list[tuple[float, int]]:
     """(seconds since start, rows committed so far), from the commit records."""
     records = []
-    for name in os.listdir(f"{work}/out/_commits"):
-        with open(f"{work}/out/_commits/{name}") as f:
+    for name in _commit_records(work):
+        with open(name) as f:
             rec = json.load(f)
         records.append((rec["committed_at"] - start, rec["rows"]))
     points, total = [(0.0, 0)], 0

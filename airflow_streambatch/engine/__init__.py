@@ -13,6 +13,7 @@ from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import DataIterator, Dataset, MaterializedDataset
 from airflow_streambatch.engine.errors import (
     LineageError,
+    PartialResultWarning,
     PartitionFailure,
     PartitionsFailedError,
     StreamBatchError,
@@ -35,6 +36,7 @@ __all__ = [
     "Dataset",
     "LineageError",
     "MaterializedDataset",
+    "PartialResultWarning",
     "PartitionFailure",
     "PartitionsFailedError",
     "StreamBatchError",

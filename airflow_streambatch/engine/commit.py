@@ -1,29 +1,64 @@
-"""Exactly-once output: each input partition's files are staged, then committed at once.
+"""Exactly-once output: each input partition's files are staged, then made visible at once.
 
 Layout under the sink's ``path``::
 
+    _staging/<run id>/_driver                      host and pid of the writing driver
     _staging/<run id>/p00003/part-<task>.parquet   written by sink tasks
-    p00003/part-<task>.parquet                     after the commit (directory rename)
-    _commits/p00003.json                           the commit record: the authority
+    _staging/<run id>/p00003/_commit.json          the commit record, written last
+    p00003/part-<task>.parquet                     after the commit: one directory rename
+    p00003/_commit.json
 
-A partition is committed iff its record exists. Committing renames the staging
-directory into place (replacing what an earlier, uncommitted attempt left) and
-then writes the record through a temporary name. A replayed partition therefore
-never leaves a second copy, and a run that finds a record skips the partition
-without running anything for it. Readers skip ``_``-prefixed paths, so they never
-see staged files; ``WriteResult.files`` lists exactly the committed ones.
+Committing writes the record *into* the staged directory, then renames the directory
+into place. That one rename both makes the rows visible and records the commit, so a
+reader never sees rows without their record and a driver killed at any moment leaves
+either nothing or a whole committed partition (`docs/reliability.md`). A partition is
+committed iff ``p<partition>/_commit.json`` exists. Readers skip ``_``-prefixed paths
+(Spark, pyarrow, pandas, and this engine's own readers), so they never see staged
+files; ``WriteResult.files`` lists exactly the committed ones.
+
+Each record names the input it was computed from (``inputs``: a fingerprint of the
+read task's files, sizes, modification times and row groups) and the columns it
+wrote, so a resumed write refuses stale partitions and a partition whose schema
+differs from the committed ones fails instead of committing.
+
+An append to a path that already holds partitions names its directories
+``p00003-<run id>``, so each write adds a set of partitions beside the earlier ones;
+every other write names them ``p00003``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
+import socket
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.filesystems import resolve
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
+
+RECORD = "_commit.json"
+OWNER = "_driver"
+_PARTITION_DIR = re.compile(r"^p(\d{5,})(?:-([0-9a-f]+))?$")
+
+
+class SchemaMismatchError(ValueError):
+    """A partition's output columns differ from those of the partitions already committed."""
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One file a sink task staged, as it reports it to the driver."""
+
+    path: str
+    rows: int
+    bytes: int
+    schema: list[list[str]]
 
 
 @dataclass
@@ -34,59 +69,198 @@ class CommitRecord:
     rows: int
     bytes: int
     run_id: str
+    inputs: str = ""  # fingerprint of the input the partition was computed from
+    schema: list[list[str]] | None = None  # [[column, arrow type], ...]; None for an empty partition
     committed_at: float = field(default_factory=time.time)
 
 
-def partition_dir(partition: int) -> str:
-    return f"p{partition:05d}"
+def partition_dir(partition: int, tag: str | None = None) -> str:
+    return f"p{partition:05d}" if tag is None else f"p{partition:05d}-{tag}"
+
+
+def schema_columns(schema) -> list[list[str]]:
+    """A pyarrow schema as JSON-friendly ``[[name, type], ...]`` (metadata ignored)."""
+    return [[f.name, str(f.type)] for f in schema]
+
+
+def describe_schema_difference(expected: list[list[str]], found: list[list[str]]) -> str:
+    want, got = dict(map(tuple, expected)), dict(map(tuple, found))
+    parts = [f"missing {name!r}" for name in want if name not in got]
+    parts += [f"extra {name!r} ({got[name]})" for name in got if name not in want]
+    parts += [f"{name!r} is {got[name]}, not {want[name]}" for name in want if name in got and got[name] != want[name]]
+    return ", ".join(parts) or f"column order {[c for c, _ in found]} instead of {[c for c, _ in expected]}"
+
+
+def check_resumable(path: str, partition: int, record: CommitRecord, task) -> None:
+    """A resumed write may skip ``partition`` only if its record came from the same input.
+
+    ``task`` is the `ReadTask` this run would run for the partition. Raises ValueError
+    naming what changed and how to recompute, never keeps stale output silently.
+    """
+    how = ("Write with mode='overwrite' to recompute every partition, or to a new path; "
+           "keep the inputs and override_num_blocks as they were to resume")
+    if record.label != task.label:
+        raise ValueError(f"{path} holds partition {partition} committed from {record.label!r}, but this run's "
+                         f"partition {partition} reads {task.label!r}: the input partitioning changed. {how}.")
+    if record.inputs and task.identity and record.inputs != task.identity:
+        raise ValueError(f"{path} holds partition {partition} committed from {record.label!r}, which has changed "
+                         f"since (size, modification time or row groups differ): its committed rows are stale. "
+                         f"{how}.")
 
 
 class PartitionCommitter:
-    """Stages, commits and lists the per-partition output of one sink path."""
+    """Stages, commits and lists the per-partition output of one sink path.
 
-    def __init__(self, path: str, run_id: str):
+    :param tag: ``None`` for writes that own the path's ``p<partition>`` directories,
+        a write's id for appends (directories ``p<partition>-<tag>``).
+    """
+
+    def __init__(self, path: str, run_id: str, tag: str | None = None):
         self.path = path.rstrip("/")
         self.run_id = run_id
-        self.fs, self.root = resolve(self.path)
-        self.root = self.root.rstrip("/")
+        self.tag = tag
+        self.fs, root = resolve(self.path)
+        self.root = root.rstrip("/")
+        self.reference: tuple[int, list[list[str]]] | None = None  # (partition, schema) all commits must match
 
     def staging_dir(self, partition: int) -> str:
         """Where sink tasks write this run's files of ``partition`` (inside the filesystem)."""
         return f"{self.root}/_staging/{self.run_id}/{partition_dir(partition)}"
 
-    def committed(self) -> dict[int, CommitRecord]:
-        selector = pafs.FileSelector(f"{self.root}/_commits", allow_not_found=True)
-        records = {}
+    # -- reading what is there ------------------------------------------------------
+    def scan(self) -> dict[str, CommitRecord]:
+        """Every committed partition directory under the path (any write), by directory name."""
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        found = {}
         for info in self.fs.get_file_info(selector):
-            if info.type == pafs.FileType.File and info.base_name.endswith(".json"):
-                with self.fs.open_input_stream(info.path) as f:
-                    record = CommitRecord(**json.loads(f.read()))
-                records[record.partition] = record
-        return records
+            if info.type != pafs.FileType.Directory or not _PARTITION_DIR.match(info.base_name):
+                continue
+            record = self._read_record(f"{info.path}/{RECORD}")
+            if record is not None:
+                found[info.base_name] = record
+        return found
 
-    def commit(self, partition: int, label: str, files: list[tuple[str, int, int]]) -> CommitRecord:
-        """Move the staged files of ``partition`` into place and record them."""
-        final = f"{self.root}/{partition_dir(partition)}"
-        if self.fs.get_file_info(final).type != pafs.FileType.NotFound:
-            self.fs.delete_dir(final)  # an uncommitted earlier attempt's leftovers
+    def committed(self) -> dict[int, CommitRecord]:
+        """Committed partitions of this write's kind (``p<partition>``, or ``-<tag>`` for appends)."""
+        return {rec.partition: rec for name, rec in self.scan().items() if name == partition_dir(rec.partition,
+                                                                                                   self.tag)}
+
+    def foreign_entries(self) -> list[str]:
+        """Visible entries under the path that no write of this engine made (never deleted)."""
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        ours = set(self.scan())
+        return sorted(info.base_name for info in self.fs.get_file_info(selector)
+                      if not info.base_name.startswith(("_", ".")) and info.base_name not in ours)
+
+    def _read_record(self, path: str) -> CommitRecord | None:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return CommitRecord(**json.loads(f.read()))
+        except FileNotFoundError:
+            return None
+
+    def set_reference_schema(self, records: dict) -> None:
+        """Partitions committed earlier fix the schema this write must match."""
+        for rec in sorted(records.values(), key=lambda r: r.partition):
+            if rec.schema is not None:
+                self.reference = (rec.partition, rec.schema)
+                return
+
+    # -- committing -------------------------------------------------------------------
+    def claim_staging(self) -> None:
+        """Create this run's staging directory, marked with the driver that owns it, after
+        removing staging that drivers on this host left when they died (killed, SIGKILL)."""
+        self._sweep_dead_staging()
+        run_staging = f"{self.root}/_staging/{self.run_id}"
+        self.fs.create_dir(run_staging, recursive=True)
+        with self.fs.open_output_stream(f"{run_staging}/{OWNER}") as out:
+            out.write(f"{socket.gethostname()} {os.getpid()}".encode())
+
+    def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> CommitRecord:
+        """Make the staged files of ``partition`` visible, with their record, in one rename.
+
+        Raises `SchemaMismatchError` (and commits nothing) when the partition's columns
+        differ from those already committed to this path.
+        """
+        schemas = [f.schema for f in files if f.rows]
+        schema = schemas[0] if schemas else None
+        for other in schemas[1:]:
+            if other != schema:
+                raise SchemaMismatchError(f"partition {partition} ({label}) wrote files of different schemas: "
+                                          f"{describe_schema_difference(schema, other)}")
+        if schema is not None:
+            if self.reference is None:
+                self.reference = (partition, schema)
+            elif schema != self.reference[1]:
+                raise SchemaMismatchError(
+                    f"partition {partition} ({label}) writes columns that differ from committed partition "
+                    f"{self.reference[0]}: {describe_schema_difference(self.reference[1], schema)}. Readers of "
+                    f"{self.path} would fail or drop rows; make the pipeline return the same columns and types "
+                    "for every input (cast them in a map_batches step)"
+                )
         staged = self.staging_dir(partition)
-        names = sorted(p.rsplit("/", 1)[-1] for p, _, _ in files)
-        if names:
-            self.fs.move(staged, final)
+        names = sorted(f.path.rsplit("/", 1)[-1] for f in files)
         record = CommitRecord(
-            partition=partition, label=label,
-            files=[f"{partition_dir(partition)}/{name}" for name in names],
-            rows=sum(r for _, r, _ in files), bytes=sum(b for _, _, b in files), run_id=self.run_id,
+            partition=partition, label=label, files=[f"{partition_dir(partition, self.tag)}/{n}" for n in names],
+            rows=sum(f.rows for f in files), bytes=sum(f.bytes for f in files), run_id=self.run_id,
+            inputs=inputs, schema=schema,
         )
-        self.fs.create_dir(f"{self.root}/_commits", recursive=True)
-        target = f"{self.root}/_commits/{partition_dir(partition)}.json"
-        tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
-        with self.fs.open_output_stream(tmp) as out:
+        self.fs.create_dir(staged, recursive=True)
+        with self.fs.open_output_stream(f"{staged}/{RECORD}") as out:
             out.write(json.dumps(asdict(record)).encode())
-        self.fs.move(tmp, target)
+        final = f"{self.root}/{partition_dir(partition, self.tag)}"
+        try:
+            self.fs.move(staged, final)  # the commit: rows and record appear together
+        except OSError as exc:
+            if self._read_record(f"{final}/{RECORD}") is not None:
+                raise FileExistsError(f"partition {partition} of {self.path} was committed by another writer "
+                                      f"while this run computed it; nothing of this run's was added") from exc
+            raise
         return record
 
+    # -- removing -----------------------------------------------------------------------
+    def wipe(self) -> int:
+        """Delete every committed partition (its files and record) and all staging.
+
+        Other entries under the path are left alone: an output path may hold other
+        data (another epoch's output, a user's files) and only what a write of this
+        engine committed is ours to delete. Returns the partitions deleted.
+        """
+        committed = self.scan()
+        for name in committed:
+            self.fs.delete_dir(f"{self.root}/{name}")
+        for leftover in ("_staging", "_commits"):  # _commits: records of the layout before version 0.2
+            if self.fs.get_file_info(f"{self.root}/{leftover}").type != pafs.FileType.NotFound:
+                self.fs.delete_dir(f"{self.root}/{leftover}")
+        return len(committed)
+
     def cleanup(self) -> None:
+        """Remove this run's staging (uncommitted files of failed or unfinished partitions)."""
         run_staging = f"{self.root}/_staging/{self.run_id}"
         if self.fs.get_file_info(run_staging).type != pafs.FileType.NotFound:
             self.fs.delete_dir(run_staging)
+
+    def _sweep_dead_staging(self) -> None:
+        selector = pafs.FileSelector(f"{self.root}/_staging", allow_not_found=True)
+        host = socket.gethostname()
+        for info in self.fs.get_file_info(selector):
+            if info.type != pafs.FileType.Directory:
+                continue
+            try:
+                with self.fs.open_input_stream(f"{info.path}/{OWNER}") as f:
+                    owner_host, pid = f.read().decode().split()
+            except (OSError, ValueError):
+                continue  # being created right now, or not ours: leave it
+            if owner_host == host and not _alive(int(pid)):
+                log.info("removing staging of dead driver %s under %s", pid, self.path)
+                self.fs.delete_dir(info.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -27,13 +27,17 @@ def _default_memory_limit() -> int:
 
 def _default_block_dir() -> str:
     """``$STREAMBATCH_BLOCK_DIR`` (a cluster's shared directory, as docker-compose.yaml sets it),
-    else tmpfs where there is one (a 128 MiB block costs 0.25 s there), else the temp dir."""
+    else tmpfs where there is one (a 128 MiB block costs 0.25 s there), else the temp dir.
+
+    The default is per user (``streambatch-<uid>``): a directory every local user shares
+    lets any of them pre-create it and swap or read the blocks of another's runs. The
+    engine creates it 0700 and refuses it when someone else owns it or may write in it
+    (`blocks.check_block_dir`)."""
     if os.environ.get("STREAMBATCH_BLOCK_DIR"):
         return os.environ["STREAMBATCH_BLOCK_DIR"]
     shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK):
-        return os.path.join(shm, "streambatch-blocks")
-    return os.path.join(tempfile.gettempdir(), "streambatch-blocks")
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    return os.path.join(base, f"streambatch-{os.geteuid()}")
 
 
 @dataclass
@@ -72,6 +76,10 @@ class DataContext:
         before its input partition is marked failed. Default 2.
     :param max_failed_partitions: input partitions allowed to fail before the whole
         run fails; the others still finish and commit. Default 0.
+    :param task_timeout_s: seconds one task may run before its Spark job is cancelled
+        (its Python worker killed) and the task retried like any failure; ``None``
+        (default) waits as long as the task runs, as Spark does. Set it where a UDF can
+        hang (a stuck network call, a deadlocked library).
     """
 
     target_max_block_size: int = 128 * MiB
@@ -88,6 +96,7 @@ class DataContext:
     enable_operator_fusion: bool = True
     max_task_retries: int = 2
     max_failed_partitions: int = 0
+    task_timeout_s: float | None = None
 
     _global: ClassVar[DataContext | None] = None
 
@@ -128,6 +137,9 @@ def _validate(name: str, value) -> None:
     elif name in ("max_task_retries", "max_failed_partitions"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"DataContext.{name} must be an integer >= 0, got {value!r}")
+    elif name == "task_timeout_s" and value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"DataContext.task_timeout_s must be a positive number of seconds or None, got {value!r}")
     elif name == "progress_interval_s":
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"DataContext.progress_interval_s must be >= 0, got {value!r}")

@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from airflow_streambatch.engine.batches import check_batch_format, rebatch, to_format
-from airflow_streambatch.engine.blocks import BlockRef, read_block, read_block_schema
+from airflow_streambatch.engine.blocks import BlockRef
 from airflow_streambatch.engine.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.executor import _DONE, StreamingExecutor
-from airflow_streambatch.engine.partitions import WriteResult
-from airflow_streambatch.engine.plan import InputBlocks, Limit, Repartition, plan
+from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.partitions import WRITE_MODES, WriteResult, prepare_write, warn_if_partial
+from airflow_streambatch.engine.plan import InputBlocks, Limit, Read, Repartition, plan
 from airflow_streambatch.engine.stats import RunStats
 from airflow_streambatch.engine.transforms import Compute, MapBatches, MapRows, WriteFiles, describe
 
@@ -116,24 +117,28 @@ class Dataset(_Batches):
         return self._with(Repartition(num_blocks))
 
     # -- execution ----------------------------------------------------------------
-    def _start(self, on_commit=None) -> StreamingExecutor:
+    def _start(self, on_commit=None, write_mode: str = "append") -> StreamingExecutor:
         ctx = self.context
-        executor = StreamingExecutor(plan(list(self._logical), ctx.enable_operator_fusion), ctx)
+        executor = StreamingExecutor(plan(list(self._logical), ctx.enable_operator_fusion), ctx, write_mode)
         executor.partitions.on_commit = on_commit
         return executor.start()
 
-    def _iter_refs(self, delete: bool = True, on_commit=None) -> Iterator[tuple[StreamingExecutor, BlockRef]]:
+    def _iter_refs(self, delete: bool = True, on_commit=None,
+                   write_mode: str = "append") -> Iterator[tuple[StreamingExecutor, BlockRef]]:
         """Run the plan and yield output block references as they are produced.
 
         The caller reads each block before asking for the next; it is released then.
+        A run that finishes with failed input partitions (``max_failed_partitions``)
+        warns with `PartialResultWarning`: its result lacks their rows.
         """
-        executor = self._start(on_commit)
+        executor = self._start(on_commit, write_mode)
         finished = False
         try:
             while True:
                 item = executor.outputs.get()
                 if item is _DONE:
                     finished = True
+                    warn_if_partial(executor.stats.failed_partitions)
                     return
                 if isinstance(item, BaseException):
                     finished = True
@@ -154,8 +159,8 @@ class Dataset(_Batches):
             yield ref
 
     def _iter_tables(self) -> Iterator[pa.Table]:
-        for _, ref in self._iter_refs():
-            yield read_block(ref)
+        for executor, ref in self._iter_refs():
+            yield executor.read_output(ref)
 
     def iter_split(self, n: int) -> list[DataIterator]:
         """``n`` iterators that share one execution; each takes the next block when it is ready."""
@@ -175,8 +180,8 @@ class Dataset(_Batches):
 
     def schema(self) -> pa.Schema | None:
         """The schema of the first output block (runs the pipeline until one exists)."""
-        for _, ref in self.limit(1)._iter_refs():
-            return read_block_schema(ref)
+        for executor, ref in self.limit(1)._iter_refs():
+            return executor.read_output(ref).schema
         return None
 
     def materialize(self) -> MaterializedDataset:
@@ -187,37 +192,54 @@ class Dataset(_Batches):
         return MaterializedDataset(refs, executor.run_dir, executor.lineage.records, self._last_stats, self._context)
 
     # -- sinks ----------------------------------------------------------------------
-    def _write(self, path: str, file_format: str, on_commit) -> WriteResult:
+    def _write(self, path: str, file_format: str, mode: str, on_commit) -> WriteResult:
+        if mode not in WRITE_MODES:
+            raise ValueError(f"write_{file_format}(mode={mode!r}): mode must be one of {WRITE_MODES}")
         if any(isinstance(op, Repartition) for op in self._logical):
             raise ValueError(
                 "write_*() commits output per input partition, and repartition() mixes partitions; "
                 "set override_num_blocks on the read instead to choose the number of partitions"
             )
+        source = self._logical[0]
+        if isinstance(source, Read):
+            check_disjoint(source.datasource.paths, path, f"write_{file_format}")
+        existing = prepare_write(path, mode)
+        if existing is not None:  # mode="ignore" and the path holds output
+            return WriteResult(path, skipped=existing)
         name = f"Write{file_format.capitalize()}"
         written = self._with(WriteFiles(name=name, compute=Compute.make(name), path=path, file_format=file_format))
-        for _ in written._iter_refs(on_commit=on_commit):
+        for _ in written._iter_refs(on_commit=on_commit, write_mode=mode):
             pass
         executor = written._last_executor
         self._last_stats = written._last_stats
         return WriteResult(path, dict(executor.partitions.committed), dict(executor.skipped),
                            list(executor.partitions.failures.values()))
 
-    def write_parquet(self, path: str, *, on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
-        """Parquet files under ``path/p<partition>/``, committed exactly once per input partition.
+    def write_parquet(self, path: str, *, mode: str = "append",
+                      on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
+        """Parquet files under ``path/p<partition>/``, each input partition committed at once.
 
-        Partitions committed by an earlier write to the same path are skipped.
-        ``on_commit`` is called in the driver with each partition's commit record as
-        it lands (the Airflow operator records progress with it).
+        ``mode`` says what happens to output already under ``path``: ``"append"``
+        (Ray Data's default: add this write's partitions beside it), ``"resume"``
+        (finish an interrupted write: partitions committed from the same input are
+        skipped without running, a partition whose input changed is refused),
+        ``"overwrite"`` (delete what earlier writes committed, then write),
+        ``"error"`` (refuse if anything is there) or ``"ignore"`` (do nothing if
+        anything is there). ``on_commit`` is called in the driver with each
+        partition's commit record as it lands (the Airflow operator records progress
+        with it). See ``docs/reliability.md`` for how readers see only committed rows.
         """
-        return self._write(path, "parquet", on_commit)
+        return self._write(path, "parquet", mode, on_commit)
 
-    def write_json(self, path: str, *, on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
+    def write_json(self, path: str, *, mode: str = "append",
+                   on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
         """JSON Lines files, committed per input partition like `write_parquet`."""
-        return self._write(path, "json", on_commit)
+        return self._write(path, "json", mode, on_commit)
 
-    def write_csv(self, path: str, *, on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
+    def write_csv(self, path: str, *, mode: str = "append",
+                  on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
         """CSV files with a header, committed per input partition like `write_parquet`."""
-        return self._write(path, "csv", on_commit)
+        return self._write(path, "csv", mode, on_commit)
 
     def stats(self) -> str:
         """Per-operator statistics of the last execution of this dataset."""

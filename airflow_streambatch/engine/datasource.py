@@ -11,14 +11,19 @@ groups), and blocks of 1-128 MiB where the input size allows.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.filesystems import resolve
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
 
 READ_BATCH_ROWS = 65536
 
@@ -30,15 +35,22 @@ class Fragment:
     path: str
     size: int
     row_groups: tuple[int, ...] | None = None
+    mtime_ns: int = 0
 
 
 @dataclass
 class ReadTask:
-    """One input partition: ``read()`` yields its tables on an executor."""
+    """One input partition: ``read()`` yields its tables on an executor.
+
+    ``identity`` fingerprints what it reads (files with sizes, modification times and
+    row groups; the rows of ``from_items``): a commit records it, so a resumed write
+    can tell a partition computed from other input.
+    """
 
     label: str
     estimated_bytes: int
     read: Callable[[], Iterator[pa.Table]]
+    identity: str = ""
 
 
 @dataclass
@@ -47,13 +59,33 @@ class Datasource:
 
     name: str
     plan: Callable[[int, int | None, int], list[ReadTask]]  # (slots, override_num_blocks, target bytes)
+    paths: tuple[str, ...] = ()  # the input paths of a file source (a write must not land inside them)
 
 
-def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
-    """Files under ``paths`` with their sizes; hidden and ``_``-prefixed paths are skipped."""
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    size: int
+    mtime_ns: int
+
+
+# Formats recognised by content where a file's name does not say (Hive's ``000000_0``)
+MAGIC = {".parquet": b"PAR1"}
+
+
+def list_files(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[InputFile]:
+    """Files under ``paths``; hidden and ``_``-prefixed paths are skipped.
+
+    With ``suffixes``, a directory's files must end in one of them (any case) or start
+    with the format's magic bytes; the rest are skipped with a warning that names
+    them, never silently. Files named explicitly are always read.
+    """
     if isinstance(paths, str):
         paths = [paths]
-    found: list[tuple[str, int]] = []
+    found: list[InputFile] = []
+    skipped: list[str] = []
+    lowered = tuple(s.lower() for s in suffixes)
+    magics = {MAGIC[s] for s in lowered if s in MAGIC}
     for path in paths:
         fs, inner = resolve(path)
         info = fs.get_file_info(inner)
@@ -61,19 +93,42 @@ def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list
             raise FileNotFoundError(f"input path does not exist: {path}")
         prefix = path[: len(path) - len(inner)] if "://" in path else ""
         if info.type == pafs.FileType.File:
-            found.append((path, info.size))
+            found.append(InputFile(path, info.size, info.mtime_ns or 0))
             continue
         for entry in sorted(fs.get_file_info(pafs.FileSelector(inner, recursive=True)), key=lambda e: e.path):
             relative = entry.path[len(inner.rstrip("/")) + 1:].split("/")
             if entry.type != pafs.FileType.File or any(part.startswith((".", "_")) for part in relative):
-                continue  # hidden and _-prefixed files and directories (_commits, _staging, _SUCCESS)
-            base = entry.base_name
-            if suffixes and not base.endswith(suffixes):
+                continue  # hidden and _-prefixed files and directories (_staging, _SUCCESS, _commit.json)
+            if lowered and not entry.base_name.lower().endswith(lowered) and not _starts_with(fs, entry, magics):
+                skipped.append(prefix + entry.path)
                 continue
-            found.append((prefix + entry.path, entry.size))
+            found.append(InputFile(prefix + entry.path, entry.size, entry.mtime_ns or 0))
+    if skipped:
+        shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more" if len(skipped) > 10 else "")
+        log.warning("skipped %d file(s) under %s that are not %s files (by name and content): %s",
+                    len(skipped), paths, "/".join(suffixes), shown)
     if not found:
-        raise FileNotFoundError(f"no input files found under {paths}")
+        raise FileNotFoundError(f"no input files found under {paths}"
+                                + (f" ({len(skipped)} file(s) skipped, see the warning)" if skipped else ""))
     return found
+
+
+def _starts_with(fs: pafs.FileSystem, entry: pafs.FileInfo, magics: set[bytes]) -> bool:
+    if not magics or not entry.size:
+        return False
+    with fs.open_input_file(entry.path) as f:
+        head = f.read(max(len(m) for m in magics))
+    return any(head.startswith(m) for m in magics)
+
+
+def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """``(path, size)`` of the files `list_files` finds."""
+    return [(f.path, f.size) for f in list_files(paths, suffixes)]
+
+
+def fingerprint(value) -> str:
+    """A short, stable hash of JSON-able ``value`` (what a read task reads)."""
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def partition_count(total_bytes: int, pieces: int, slots: int, override: int | None, target_bytes: int) -> int:
@@ -108,20 +163,22 @@ def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callabl
     """A datasource over files; ``reader`` turns one fragment into tables on an executor."""
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
-        files = expand_paths(paths, suffixes)
-        fragments = [Fragment(p, s) for p, s in files]
-        total = sum(s for _, s in files)
+        files = list_files(paths, suffixes)
+        fragments = [Fragment(f.path, f.size, mtime_ns=f.mtime_ns) for f in files]
+        total = sum(f.size for f in files)
         wanted = partition_count(total, 1 << 30, slots, override, target_bytes)
         if split_fragments is not None and len(fragments) < wanted:
-            fragments = [piece for p, s in files for piece in split_fragments(p, s)]
+            fragments = [replace(piece, mtime_ns=f.mtime_ns)
+                         for f in files for piece in split_fragments(f.path, f.size)]
         count = partition_count(total, len(fragments), slots, override, target_bytes)
         tasks = []
         for group in group_fragments(fragments, count):
             label = group[0].path if len(group) == 1 else f"{group[0].path} (+{len(group) - 1} more)"
-            tasks.append(ReadTask(label, sum(f.size for f in group), _read_group(tuple(group), reader)))
+            identity = fingerprint([[f.path, f.size, f.mtime_ns, f.row_groups] for f in group])
+            tasks.append(ReadTask(label, sum(f.size for f in group), _read_group(tuple(group), reader), identity))
         return tasks
 
-    return Datasource(name, plan)
+    return Datasource(name, plan, tuple([paths] if isinstance(paths, str) else paths))
 
 
 def _read_group(group: tuple[Fragment, ...], reader) -> Callable[[], Iterator[pa.Table]]:
@@ -142,7 +199,7 @@ def items_datasource(items: list) -> Datasource:
         count = max(1, min(len(rows), override or slots))
         bounds = [round(i * len(rows) / count) for i in range(count + 1)]
         return [
-            ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi]))
+            ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi]), fingerprint(rows[lo:hi]))
             for lo, hi in zip(bounds, bounds[1:])
         ]
 
@@ -160,7 +217,8 @@ def range_datasource(n: int) -> Datasource:
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
         count = max(1, min(n, override or max(slots, math.ceil(8 * n / target_bytes))))
         bounds = [round(i * n / count) for i in range(count + 1)]
-        return [ReadTask(f"range[{lo}:{hi}]", 8 * (hi - lo), _range_read(lo, hi)) for lo, hi in zip(bounds, bounds[1:])]
+        return [ReadTask(f"range[{lo}:{hi}]", 8 * (hi - lo), _range_read(lo, hi), f"range[{lo}:{hi}]")
+                for lo, hi in zip(bounds, bounds[1:])]
 
     return Datasource("Range", plan)
 

@@ -55,3 +55,11 @@ class PartitionsFailedError(StreamBatchError):
             f"{len(failures)} input partition(s) failed (DataContext.max_failed_partitions={allowed}):\n{lines}\n"
             f"Other partitions were not affected; raise max_failed_partitions to let a run finish anyway."
         )
+
+
+class PartialResultWarning(UserWarning):
+    """A consumer's result lacks the rows of input partitions that failed.
+
+    Raised as a warning (``max_failed_partitions`` allowed the failures); turn it
+    into an error with ``warnings.simplefilter("error", PartialResultWarning)``.
+    """

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import re
 import shutil
 import threading
 import time
@@ -26,10 +25,16 @@ from dataclasses import dataclass
 
 from pyspark import cloudpickle
 
-from airflow_streambatch.engine.blocks import BlockRef, create_run_dir
-from airflow_streambatch.engine.commit import PartitionCommitter
+from airflow_streambatch.engine.blocks import BlockRef, create_run_dir, read_block
+from airflow_streambatch.engine.commit import PartitionCommitter, check_resumable
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import PartitionFailure, PartitionsFailedError, StreamBatchError
+from airflow_streambatch.engine.failures import (
+    disk_full_error,
+    job_failure_message,
+    root_cause,
+    warn_if_block_dir_small,
+)
 from airflow_streambatch.engine.lineage import LineageTable
 from airflow_streambatch.engine.op_state import OpState, task_key
 from airflow_streambatch.engine.partitions import PartitionTracker
@@ -62,17 +67,19 @@ STALL_S = 1.0  # nothing moved for this long while tasks wait for memory: grant 
 
 @dataclass
 class Launch:
-    """One Spark job in flight: its operator, tasks and slots."""
+    """One Spark job in flight: its operator, tasks and slots, and its deadline."""
 
     state: OpState
     specs: list[TaskSpec]
     gpu_ids: list[tuple[str, ...]]
+    deadline: float = float("inf")  # task_timeout_s times the tasks one Spark partition runs in turn
+    timed_out: bool = False
 
 
 class StreamingExecutor:
     """Runs one physical plan. Output blocks, then ``_DONE`` or the error, arrive on ``outputs``."""
 
-    def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None):
+    def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None, write_mode: str = "append"):
         self.ctx = (ctx or DataContext.get_current()).copy()
         self.ops = ops
         self.run_id = uuid.uuid4().hex[:12]
@@ -92,8 +99,12 @@ class StreamingExecutor:
         self._over_limit_warned = False
         self.lineage = LineageTable(ops[0].lineage if ops[0].kind == "blocks" else None)
         sink = ops[-1].transforms[-1] if ops[-1].transforms else None
-        self.committer = PartitionCommitter(sink.path, self.run_id) if isinstance(sink, WriteFiles) else None
-        self.partitions = PartitionTracker(self.committer)
+        self.committer = None
+        if isinstance(sink, WriteFiles):
+            self.committer = PartitionCommitter(sink.path, self.run_id)
+            if write_mode == "append" and self.committer.scan():  # beside earlier writes: names of its own
+                self.committer.tag = self.run_id
+        self.partitions = PartitionTracker(self.committer, ops[-1].name)
         self.skipped: dict = {}
 
     # -- public -----------------------------------------------------------------
@@ -118,6 +129,9 @@ class StreamingExecutor:
         self._plan_source()
         self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
         create_run_dir(self.ctx.block_dir, self.run_id)
+        warn_if_block_dir_small(self.ctx)
+        if self.committer is not None:
+            self.committer.claim_staging()
         if self.ctx.progress_interval_s:
             _ensure_progress_visible()
         self._thread = threading.Thread(target=self._run, name=f"streambatch-{self.run_id}", daemon=True)
@@ -148,19 +162,16 @@ class StreamingExecutor:
             slots = max(1, self.pool.slots_for(0, source.op.compute))
             tasks = read.datasource.plan(slots, read.override_num_blocks, self.ctx.target_max_block_size)
             done = self.committer.committed() if self.committer else {}
+            if self.committer is not None:
+                self.committer.set_reference_schema(self.committer.scan())
             for index, task in enumerate(tasks):
                 record = done.get(index)
                 if record is None:
                     source.pending_reads.append((index, task))
-                    self.partitions.add_read(index, task.label)
-                elif record.label == task.label:
-                    self.skipped[index] = record  # committed by an earlier run: nothing to do
+                    self.partitions.add_read(index, task.label, task.identity)
                 else:
-                    raise ValueError(
-                        f"{self.committer.path} holds partition {index} committed from {record.label!r}, but this "
-                        f"run's partition {index} reads {task.label!r}: the input partitioning changed. Write to a "
-                        "new path, or keep the input files and override_num_blocks as they were."
-                    )
+                    check_resumable(self.committer.path, index, record, task)
+                    self.skipped[index] = record  # committed by an earlier run from the same input
             source.estimates.initial_output_bytes = sum(t.estimated_bytes for t in tasks) / max(1, len(tasks))
         else:  # materialized blocks: already there, owned by someone else (never deleted here)
             for ref in source.op.blocks:
@@ -199,6 +210,8 @@ class StreamingExecutor:
         while not self._stop.is_set():
             self._collect(timeout=0.02)
             self._follow_streams()
+            self._check_failures()  # commits can fail partitions too (schema mismatch)
+            self._enforce_timeouts()
             if all(s.done for s in self.states):
                 return
             now = time.monotonic()
@@ -237,7 +250,8 @@ class StreamingExecutor:
         specs: list[TaskSpec] = []
         estimates: list[float] = []
         while len(specs) < want and state.has_input():
-            if specs and not self._room_for_another(state):
+            alone = bool(state.retry_specs) and state.retry_specs[0].alone
+            if specs and (alone or not self._room_for_another(state)):
                 break
             estimate = state.next_task_output_estimate(pessimistic=self.ctx.scheduling_policy == "conservative")
             # a task writes what its reservation (and its input's size) covers without asking;
@@ -251,8 +265,8 @@ class StreamingExecutor:
             self.memory.reserved += estimate
             if state.is_source:
                 self.policy.on_source_launch(estimate)
-            if not state.estimates.known:
-                break  # a probe runs alone until its size is known
+            if alone or not state.estimates.known:
+                break  # a probe runs alone until its size is known; so does a suspect of a failed job
         partitions = min(partitions, len(specs))
         gpu_ids = [self.pool.acquire(state.index, state.op.compute) for _ in range(partitions)]
         launch_id = len(self.stats.launch_log)
@@ -271,7 +285,10 @@ class StreamingExecutor:
         state.running_tasks += len(specs)
         state.stats.launched(len(specs))
         self.stats.launch_log.append((state.index, len(specs), partitions))
-        self._launches[launch_id] = Launch(state, specs, gpu_ids)
+        depth = -(-len(specs) // partitions)
+        timeout = self.ctx.task_timeout_s
+        deadline = time.monotonic() + timeout * depth if timeout else float("inf")
+        self._launches[launch_id] = Launch(state, specs, gpu_ids, deadline)
         self.backend.submit(launch_id, state.op.name, self._payloads[state.index], groups)
 
     def _room_for_another(self, state: OpState) -> bool:
@@ -315,10 +332,18 @@ class StreamingExecutor:
             self.pool.release(state.index, state.op.compute, ids)
         state.running_tasks -= len(specs)
         self._last_move = time.monotonic()
-        if outcome.error is not None:  # Spark lost the job (worker crash, executor lost): retry its tasks
-            message = f"Spark job failed: {_root_cause(outcome.error)}"
-            for spec in specs:
-                self._task_failed(state, spec, message, str(outcome.error))
+        if outcome.error is not None:  # a worker crashed, an executor was lost, or the job timed out
+            if len(specs) > 1:  # which task is at fault is unknown: run each alone, charging none a try
+                log.warning("%s: a Spark job of %d tasks failed (%s); running each task alone to find the one at "
+                            "fault", state.op.name, len(specs), root_cause(outcome.error))
+                for spec in specs:
+                    spec.alone = True
+                    state.retry_specs.append(spec)
+                return
+            spec = specs[0]
+            message = job_failure_message(outcome.error, state.op.name, spec.partitions,
+                                          self.ctx.task_timeout_s if launch.timed_out else None)
+            self._task_failed(state, spec, message, str(outcome.error))
             return
         # results come back partition by partition; spec i ran in partition i % partitions
         partitions = len(gpu_ids)
@@ -331,6 +356,8 @@ class StreamingExecutor:
             per_partition_work[i % partitions] += result.work_s
         state.sizer.observe(outcome.wall_s, per_partition_work, len(specs))
         for spec, result in zip(specs, results):
+            if result.no_space is not None:
+                raise disk_full_error(result.no_space, self.ctx, state.op.name, spec.partitions)
             if result.lost_inputs:
                 self._recover_inputs(state, spec, result.lost_inputs)
             elif result.error is not None:
@@ -362,12 +389,18 @@ class StreamingExecutor:
                         spec.task_key, spec.partitions, self._attempts[key], self.ctx.max_task_retries, error)
             state.retry_specs.append(spec)
             return
+        # fail the partitions before releasing the task's inputs: a partition whose last
+        # block is released is committed, and a failed one must never be
+        for p in spec.partitions:
+            self.partitions.fail(PartitionFailure(p, self.partitions.label(p), state.op.name, error, remote_traceback))
         for ref in spec.inputs:
             self._release(ref)
         self._delivered.pop(key, None)
         for p in spec.partitions:
-            self.partitions.fail(PartitionFailure(p, self.partitions.label(p), state.op.name, error, remote_traceback))
             self._drop_partition(p)
+        self._check_failures()
+
+    def _check_failures(self) -> None:
         failures = list(self.partitions.failures.values())
         if len(failures) > self.ctx.max_failed_partitions:
             raise PartitionsFailedError(failures, self.ctx.max_failed_partitions)
@@ -396,6 +429,25 @@ class StreamingExecutor:
 
     def _run_now(self, op_blob: bytes, spec: TaskSpec) -> TaskResult:
         return cloudpickle.loads(self.backend.run_now(op_blob, cloudpickle.dumps(spec)))
+
+    def read_output(self, ref: BlockRef):
+        """Read an output block in the consumer (driver); rebuild it by lineage if its file is gone."""
+        try:
+            return read_block(ref)
+        except FileNotFoundError:
+            self.lineage.rebuild(ref, self._run_now, lambda path: path in self._path_refs)
+            return read_block(ref)
+
+    def _enforce_timeouts(self) -> None:
+        """Cancel Spark jobs whose tasks ran past ``task_timeout_s`` (Spark kills their
+        Python workers); their outcome comes back as a failed job and is retried."""
+        now = time.monotonic()
+        for launch_id, launch in self._launches.items():
+            if not launch.timed_out and now > launch.deadline:
+                launch.timed_out = True
+                log.warning("%s: tasks %s ran past DataContext.task_timeout_s=%ss; cancelling their Spark job",
+                            launch.state.op.name, [s.task_key for s in launch.specs], self.ctx.task_timeout_s)
+                self.backend.cancel_launch(launch_id)
 
     # -- streamed blocks and memory grants -----------------------------------------
     def _follow_streams(self, grant: bool = True) -> None:
@@ -563,14 +615,6 @@ class StreamingExecutor:
     # -- cleanup ----------------------------------------------------------------
     def cleanup(self) -> None:
         shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def _root_cause(error: BaseException) -> str:
-    """The line that says what went wrong in a Spark error (its last ``Name: message``
-    line: Python exceptions come wrapped in a JVM stack trace)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit)\b.*:", line)]
-    return causes[-1] if causes else f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> list[list[BlockRef]]:

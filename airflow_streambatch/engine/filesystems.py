@@ -2,9 +2,56 @@
 
 from __future__ import annotations
 
+import os
+import posixpath
+from urllib.parse import urlsplit
+
 import pyarrow.fs as pafs
 
 
 def resolve(path: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path within it."""
     return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+
+
+def _key(path: str) -> tuple[str, tuple[str, ...]]:
+    """A path's filesystem and its components, so that one spelling of a place compares equal to another.
+
+    Local paths (with or without ``file://``) become absolute with symlinks resolved
+    where they exist; other URIs compare by scheme, bucket or host, and path.
+    """
+    if "://" in path and not path.startswith("file://"):
+        parts = urlsplit(path)
+        inner = posixpath.normpath("/" + parts.path.lstrip("/"))
+        return parts.scheme.lower(), (parts.netloc, *[p for p in inner.split("/") if p])
+    if path.startswith("file://"):
+        path = urlsplit(path).path or "/"
+    real = os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+    return "file", tuple(p for p in real.split(os.sep) if p)
+
+
+def check_disjoint(inputs: list[str] | tuple[str, ...], output: str, where: str) -> None:
+    """Refuse an output path that is, contains, or lies inside one of the input paths.
+
+    Output inside an input directory is read back as input by the next listing (a
+    retry's manifest no longer matches, the next epoch reads it twice); inputs
+    inside the output directory are deleted by a full recompute and overwritten by
+    a rerun. Either way data is lost or duplicated, so the write never starts.
+    """
+    out_fs, out_parts = _key(output)
+    for path in inputs:
+        in_fs, in_parts = _key(path)
+        if in_fs != out_fs:
+            continue
+        if out_parts == in_parts:
+            relation = "is the same path as"
+        elif out_parts[:len(in_parts)] == in_parts:
+            relation = "lies inside"
+        elif in_parts[:len(out_parts)] == out_parts:
+            relation = "contains"
+        else:
+            continue
+        raise ValueError(
+            f"{where}: output path {output!r} {relation} input path {path!r}. Writing there would read the output "
+            "back as input or delete and overwrite the inputs: choose an output path outside every input path."
+        )

@@ -11,15 +11,61 @@ blocks and never commits it; the rest go on.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airflow_streambatch.engine.blocks import BlockRef
-from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter
-from airflow_streambatch.engine.errors import PartitionFailure
+from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter, SchemaMismatchError, StagedFile
+from airflow_streambatch.engine.errors import PartialResultWarning, PartitionFailure
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
+
+WRITE_MODES = ("append", "resume", "overwrite", "error", "ignore")
+
+
+def prepare_write(path: str, mode: str) -> dict[int, CommitRecord] | None:
+    """Apply ``mode`` to what ``path`` already holds, before anything runs.
+
+    Returns the committed records when the write must not run (``"ignore"`` and the
+    path holds output), else None. Only partitions an earlier write committed are
+    ever deleted (``"overwrite"``); anything else under the path stops the write.
+    """
+    if mode == "append":
+        return None
+    committer = PartitionCommitter(path, run_id="inspect")
+    committed = committer.scan()
+    if mode == "resume":
+        appended = sorted(name for name in committed if "-" in name)
+        if appended:
+            raise ValueError(f"{path} holds partitions of append writes ({', '.join(appended[:3])}...): mode='resume' "
+                             "continues a write that owns the path; write to a new path, or use mode='overwrite'")
+        return None
+    foreign = committer.foreign_entries()
+    if mode == "ignore":
+        return {rec.partition: rec for rec in committed.values()} if committed or foreign else None
+    if mode == "error" and (committed or foreign):
+        raise FileExistsError(f"{path} already holds output ({len(committed)} committed partition(s), "
+                              f"{len(foreign)} other entries): choose mode='overwrite', 'append', 'resume' or "
+                              "'ignore', or write to a new path")
+    if mode == "overwrite":
+        if foreign:
+            raise FileExistsError(f"{path} holds {', '.join(foreign[:5])}, which no write of this engine committed; "
+                                  "mode='overwrite' deletes only committed partitions: move them, or write elsewhere")
+        log.info("overwrite: deleted %d committed partition(s) under %s", committer.wipe(), path)
+    return None
+
+
+def warn_if_partial(failures: list[PartitionFailure]) -> None:
+    """A finished run lacks the rows of failed partitions: say so, never return them silently."""
+    if not failures:
+        return
+    names = "; ".join(f.describe() for f in failures[:5]) + (" ..." if len(failures) > 5 else "")
+    message = (f"{len(failures)} input partition(s) failed and their rows are missing from this result "
+               f"(DataContext.max_failed_partitions allowed it): {names}")
+    log.warning("%s", message)
+    warnings.warn(message, PartialResultWarning, stacklevel=4)
 
 
 @dataclass
@@ -40,21 +86,29 @@ class WriteResult:
     def rows(self) -> int:
         return sum(rec.rows for rec in self.committed.values())
 
+    @property
+    def partial(self) -> bool:
+        """Some input partitions failed: the output lacks their rows."""
+        return bool(self.failed)
+
 
 class PartitionTracker:
-    def __init__(self, committer: PartitionCommitter | None):
+    def __init__(self, committer: PartitionCommitter | None, sink_name: str = ""):
         self.committer = committer
+        self.sink_name = sink_name
         self.outstanding: dict[int, int] = defaultdict(int)
         self.labels: dict[int, str] = {}
+        self.identities: dict[int, str] = {}
         self.failures: dict[int, PartitionFailure] = {}
-        self.files: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+        self.files: dict[int, list[StagedFile]] = defaultdict(list)
         self.committed: dict[int, CommitRecord] = {}
         self._held: set[str] = set()
         self.on_commit: Callable[[CommitRecord], None] | None = None
 
-    def add_read(self, partition: int, label: str) -> None:
+    def add_read(self, partition: int, label: str, identity: str = "") -> None:
         """A read task is pending for ``partition``: it is in flight until that task is done."""
         self.labels[partition] = label
+        self.identities[partition] = identity
         self.outstanding[partition] += 1
 
     def label(self, partition: int) -> str:
@@ -76,7 +130,7 @@ class PartitionTracker:
             for p in ref.partitions:
                 self._decrement(p)
 
-    def add_files(self, partitions: tuple[int, ...], files: list[tuple[str, int, int]]) -> None:
+    def add_files(self, partitions: tuple[int, ...], files: list[StagedFile]) -> None:
         for p in partitions:
             self.files[p].extend(files)
 
@@ -89,10 +143,16 @@ class PartitionTracker:
         self.failures.setdefault(failure.partition, failure)
 
     def _decrement(self, partition: int) -> None:
+        """One thing ``partition`` waited for is done; with none left (and no failure), commit it."""
         self.outstanding[partition] -= 1
         if self.outstanding[partition] > 0 or partition in self.failures or self.committer is None:
             return
-        record = self.committer.commit(partition, self.label(partition), self.files.pop(partition, []))
+        label, files = self.label(partition), self.files.pop(partition, [])
+        try:
+            record = self.committer.commit(partition, label, files, self.identities.get(partition, ""))
+        except (SchemaMismatchError, FileExistsError) as exc:
+            self.fail(PartitionFailure(partition, label, self.sink_name, f"{type(exc).__name__}: {exc}"))
+            return
         self.committed[partition] = record
         log.info("committed partition %d (%s): %d rows in %d file(s)", partition, record.label, record.rows,
                  len(record.files))

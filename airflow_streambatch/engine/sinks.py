@@ -10,6 +10,7 @@ always writes for exactly one.
 
 from __future__ import annotations
 
+import errno
 import json
 import uuid
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from airflow_streambatch.engine.commit import PartitionCommitter
+from airflow_streambatch.engine.commit import PartitionCommitter, StagedFile, schema_columns
+from airflow_streambatch.engine.failures import is_disk_full
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
 
@@ -30,7 +32,7 @@ def _write_json_lines(table: pa.Table, out) -> None:
 
 def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, env) -> None:
     """Stream ``tables`` into this task's staged file; record it in ``env.written``."""
-    committer = PartitionCommitter(path, env.run_id)
+    committer = PartitionCommitter(path, env.run_id)  # staging does not depend on the write's tag
     (partition,) = env.partitions
     fs, root = committer.fs, committer.staging_dir(partition)
     fs.create_dir(root, recursive=True)
@@ -59,11 +61,13 @@ def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, e
                     _write_json_lines(table, out)
             if writer is not None:
                 writer.close()
-    except BaseException:
+    except BaseException as exc:
         fs.delete_file(tmp)
+        if is_disk_full(exc):  # say which file: the driver tells a full output disk from a full block dir
+            raise OSError(errno.ENOSPC, "No space left on device", final) from exc
         raise
     if rows == 0:
         fs.delete_file(tmp)
         return
     fs.move(tmp, final)
-    env.written.append((final, rows, fs.get_file_info(final).size))
+    env.written.append(StagedFile(final, rows, fs.get_file_info(final).size, schema_columns(schema)))

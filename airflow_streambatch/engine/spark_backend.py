@@ -158,6 +158,7 @@ class SparkBackend:
             tasks = sum(len(g) for g in groups)
             self.sc.setJobDescription(f"streambatch {self.run_tag} {pool} ({tasks} tasks)")
             self.sc.addJobTag(self.run_tag)
+            self.sc.addJobTag(self._launch_tag(launch_id))
             rdd = self.sc.parallelize(groups, len(groups))  # one element, one partition
             results = rdd.mapPartitions(partial(run_partition, op_blob)).collect()
             outcome = JobOutcome(launch_id, results, None, time.perf_counter() - start)
@@ -165,7 +166,7 @@ class SparkBackend:
             outcome = JobOutcome(launch_id, None, exc, time.perf_counter() - start)
         finally:
             try:
-                self.sc.removeJobTag(self.run_tag)
+                self.sc.clearJobTags()  # job tags are per thread, and this thread ends here
             except Exception:  # noqa: BLE001 - the context may be stopping
                 pass
         self.outcomes.put(outcome)
@@ -177,6 +178,13 @@ class SparkBackend:
             return self.sc.parallelize([[spec_blob]], 1).mapPartitions(partial(run_partition, op_blob)).collect()[0]
         finally:
             self.sc.removeJobTag(self.run_tag)
+
+    def _launch_tag(self, launch_id: int) -> str:
+        return f"{self.run_tag}-launch-{launch_id}"
+
+    def cancel_launch(self, launch_id: int) -> None:
+        """Cancel one job (a timed-out task): Spark kills its tasks and their Python workers."""
+        self.sc.cancelJobsWithTag(self._launch_tag(launch_id))
 
     def cancel(self) -> None:
         try:

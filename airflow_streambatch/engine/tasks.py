@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, replace
 from pyspark import cloudpickle
 
 from airflow_streambatch.engine.blocks import BlockBuilder, BlockRef, read_block, write_block
+from airflow_streambatch.engine.commit import StagedFile
 from airflow_streambatch.engine.datasource import ReadTask
+from airflow_streambatch.engine.failures import is_disk_full
 from airflow_streambatch.engine.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream
 from airflow_streambatch.engine.transforms import TaskEnv, Transform, chain, gpu_env
 
@@ -52,6 +54,7 @@ class TaskSpec:
     stream: str | None = None
     granted: int = NO_GRANT_LIMIT
     skip_blocks: int = 0
+    alone: bool = False  # shared a Spark job that failed: runs in a job of its own, to find the task at fault
 
     def for_replay(self) -> TaskSpec:
         """This task as lineage replays it: synchronously, writing every block, unwatched."""
@@ -68,7 +71,8 @@ class TaskResult:
     error: str | None = None
     error_traceback: str = ""
     lost_inputs: list[str] = field(default_factory=list)  # input block ids whose files are gone
-    files: list[tuple[str, int, int]] = field(default_factory=list)  # sink files: (path, rows, bytes)
+    files: list[StagedFile] = field(default_factory=list)  # what a sink task staged
+    no_space: str | None = None  # the path a write failed on for want of disk space (not the partition's fault)
 
 
 def _input_tables(spec: TaskSpec) -> Iterator:
@@ -90,6 +94,7 @@ class TaskOutput:
         self.blocks: list[BlockRef] = []
         self.stream = OutputStream(op.run_dir, spec.stream, spec.granted) if spec.stream else None
         self.announced = 0
+        self.writing: str | None = None  # the block file being written
 
     @property
     def waited_s(self) -> float:
@@ -110,7 +115,9 @@ class TaskOutput:
             return ref  # an earlier attempt delivered it: regenerated, not written again
         if self.stream is not None:
             self.stream.wait_for(index)
+        self.writing = ref.path
         write_block(table, ref.path)
+        self.writing = None
         if self.stream is not None:
             self.stream.announce(ref)
             self.announced += 1
@@ -149,9 +156,10 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
             output.stream.finish(len(output.blocks))
     except Exception as exc:  # noqa: BLE001 - user code: report, never crash the worker
         output.discard_unannounced()
+        no_space = (output.writing or getattr(exc, "filename", None) or "") if is_disk_full(exc) else None
         return TaskResult(
             spec.task_key, [], time.perf_counter() - start, input_bytes, 0,
-            error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(),
+            error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(), no_space=no_space,
         )
     return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
         spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,
@@ -187,6 +195,6 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
     Drains its whole input, so Spark keeps the Python worker (and its cached models).
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
-    os.makedirs(os.path.join(op.run_dir, STREAM_DIR), exist_ok=True)  # the run's folder with it
+    os.makedirs(os.path.join(op.run_dir, STREAM_DIR), mode=0o700, exist_ok=True)  # private, as the driver made it
     results = [run_task(op, cloudpickle.loads(blob)) for group in groups for blob in group]
     return iter([cloudpickle.dumps(r) for r in results])

@@ -133,7 +133,9 @@ def run_epoch(
         if not isinstance(ds, Dataset):
             raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "
                             f"got {type(ds).__name__}")
-        result: WriteResult = getattr(ds, f"write_{output_format}")(output_path, on_commit=committed_now)
+        # "resume": commit records decide what is left, so a retry or a Clear runs only what is missing
+        write = getattr(ds, f"write_{output_format}")
+        result: WriteResult = write(output_path, mode="resume", on_commit=committed_now)
     finally:
         DataContext._set_current(previous_ctx)
 

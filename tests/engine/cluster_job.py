@@ -67,7 +67,7 @@ def main() -> None:
         Work, fn_constructor_args=(mode, markers, sleep_s))
     started = time.time()
     try:
-        result = ds.write_parquet(output)
+        result = ds.write_parquet(output, mode="resume")
         summary = {"committed": sorted(result.committed), "skipped": sorted(result.skipped),
                    "failed": [{"partition": f.partition, "label": f.label, "error": f.error} for f in result.failed]}
     except sb.PartitionsFailedError as exc:

@@ -39,14 +39,14 @@ def test_failed_partitions_are_isolated_named_and_retried_alone_on_rerun(ctx, tm
     ctx.max_failed_partitions = 2
     out = tmp_path / "out"
     ds = sb.range(100, override_num_blocks=10)  # partition p holds ids 10p .. 10p+9
-    result = ds.map_batches(FailOn, fn_constructor_args=({25, 71},)).write_parquet(str(out))
+    result = ds.map_batches(FailOn, fn_constructor_args=({25, 71},)).write_parquet(str(out), mode="resume")
     assert sorted(f.partition for f in result.failed) == [2, 7]
     assert all("poisoned row" in f.error and f.operator.startswith("ReadRange") for f in result.failed)
     assert sorted(result.committed) == [0, 1, 3, 4, 5, 6, 8, 9]
     assert _ids(out) == [i for i in range(100) if i // 10 not in (2, 7)]  # exactly the healthy partitions
 
     fixed = ds.map_batches(FailOn, fn_constructor_args=(set(),))
-    rerun = fixed.write_parquet(str(out))
+    rerun = fixed.write_parquet(str(out), mode="resume")
     assert sorted(rerun.committed) == [2, 7] and sorted(rerun.skipped) == [0, 1, 3, 4, 5, 6, 8, 9]
     assert fixed.last_run_stats.ops[0].tasks_done == 2  # Spark ran only the two failed partitions
     assert _ids(out) == list(range(100))  # every row exactly once
@@ -89,31 +89,19 @@ def test_python_worker_killed_mid_task_is_rerun_exactly_once(ctx, tmp_path):
 
 def test_commit_records_are_the_authority_and_staging_is_cleaned(ctx, tmp_path):
     out = tmp_path / "out"
-    result = sb.range(30, override_num_blocks=3).write_parquet(str(out))
-    records = sorted(os.listdir(out / "_commits"))
-    assert records == ["p00000.json", "p00001.json", "p00002.json"]
-    record = json.loads((out / "_commits" / "p00001.json").read_text())
-    assert record["label"] == "range[10:20]" and record["rows"] == 10
+    result = sb.range(30, override_num_blocks=3).write_parquet(str(out), mode="resume")
+    assert sorted(os.listdir(out)) == ["_staging", "p00000", "p00001", "p00002"]
+    record = json.loads((out / "p00001" / "_commit.json").read_text())
+    assert record["label"] == "range[10:20]" and record["rows"] == 10 and record["schema"] == [["id", "int64"]]
     assert not os.listdir(out / "_staging")  # nothing staged is left behind
     assert len(result.files) == 3 and all(os.path.exists(f) for f in result.files)
 
 
-def test_uncommitted_leftovers_are_replaced_not_duplicated(ctx, tmp_path):
-    out = tmp_path / "out"
-    sb.range(30, override_num_blocks=3).write_parquet(str(out))
-    # simulate a crash after partition 1's files moved into place but before its record
-    os.remove(out / "_commits" / "p00001.json")
-    pq.write_table(pa.table({"id": [999]}), out / "p00001" / "part-stale.parquet")
-    result = sb.range(30, override_num_blocks=3).write_parquet(str(out))
-    assert sorted(result.committed) == [1] and sorted(result.skipped) == [0, 2]
-    assert _ids(out) == list(range(30))
-
-
 def test_changed_partitioning_is_refused_instead_of_duplicating(ctx, tmp_path):
     out = tmp_path / "out"
-    sb.range(30, override_num_blocks=3).write_parquet(str(out))
+    sb.range(30, override_num_blocks=3).write_parquet(str(out), mode="resume")
     with pytest.raises(ValueError, match="input partitioning changed"):
-        sb.range(30, override_num_blocks=5).write_parquet(str(out))
+        sb.range(30, override_num_blocks=5).write_parquet(str(out), mode="resume")
 
 
 def _widen(batch):

@@ -1,0 +1,82 @@
+"""What a failure means, in words that name the partition, operator, path or setting.
+
+Spark reports a crashed Python worker, a cancelled job and a lost executor as one
+opaque ``Py4JJavaError`` of a whole job; the executor turns them into messages a
+user can act on. A full block directory is not a partition's fault, so it stops the
+run before any partition is failed for it.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import shutil
+
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.errors import StreamBatchError
+from airflow_streambatch.engine.stats import human_bytes
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
+
+WORKER_CRASHED = "Python worker exited unexpectedly"
+
+
+def root_cause(error: BaseException) -> str:
+    """The line that says what went wrong in a Spark error (its last ``Name: message``
+    line: Python exceptions come wrapped in a JVM stack trace)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit)\b.*:", line)]
+    return causes[-1] if causes else f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def job_failure_message(error: BaseException, operator: str, partitions: tuple[int, ...],
+                        timeout_s: float | None) -> str:
+    """Why the Spark job of one task failed. ``timeout_s`` is set when the executor cancelled it."""
+    where = f"input partition(s) {', '.join(map(str, partitions))} of {operator}"
+    if timeout_s is not None:
+        return (f"the task ran past DataContext.task_timeout_s={timeout_s}s on {where}; its Spark job was "
+                "cancelled and its Python worker killed")
+    if WORKER_CRASHED in str(error):
+        return (f"the Python worker exited unexpectedly while running {where}: the process crashed (os._exit, "
+                "a segfault in native code) or was killed (by the kernel's out-of-memory killer, or a signal)")
+    return f"Spark job failed on {where}: {root_cause(error)}"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return getattr(exc, "errno", None) == errno.ENOSPC or "No space left on device" in str(exc)
+
+
+def disk_full_error(path: str, ctx: DataContext, operator: str, partitions: tuple[int, ...]) -> StreamBatchError:
+    """The run's error when a task found no space left writing ``path``."""
+    in_blocks = os.path.abspath(path or ctx.block_dir).startswith(os.path.abspath(ctx.block_dir))
+    where = ctx.block_dir if in_blocks or not path else os.path.dirname(path)
+    free = _free_bytes(where)
+    message = (f"no space left on the device of {where} while {operator} wrote {path or 'a block'} "
+               f"(input partition(s) {', '.join(map(str, partitions))}); {human_bytes(free)} free now. ")
+    if in_blocks:
+        message += (f"Blocks live in DataContext.block_dir ({ctx.block_dir}) and up to DataContext.memory_limit "
+                    f"({human_bytes(ctx.memory_limit)}) of them at once: lower memory_limit below the free space, "
+                    "or point block_dir at a larger filesystem. No partition was failed for this.")
+    else:
+        message += "The output filesystem is full: free space there and rerun with mode='resume'."
+    return StreamBatchError(message)
+
+
+def warn_if_block_dir_small(ctx: DataContext) -> None:
+    """Say at start when the block directory cannot hold ``memory_limit`` of blocks."""
+    free = _free_bytes(ctx.block_dir)
+    if free < ctx.memory_limit:
+        log.warning("DataContext.block_dir %s has %s free, less than DataContext.memory_limit (%s): a run that "
+                    "buffers that much will stop with a disk-full error; lower memory_limit or move block_dir",
+                    ctx.block_dir, human_bytes(free), human_bytes(ctx.memory_limit))
+
+
+def _free_bytes(path: str) -> int:
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or "/").free
+    except OSError:
+        return 0
