@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -61,8 +62,13 @@ class BlockRef:
 
 
 def write_block(table: pa.Table, path: str) -> None:
-    """Write ``table`` as an Arrow IPC file, atomically (temp name, then rename)."""
+    """Write ``table`` as an Arrow IPC file, atomically (temp name, then rename).
+
+    The file is created 0600 before Arrow opens it: blocks are the user's data, and
+    a shared block directory must not make them readable by other local users.
+    """
     tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     os.replace(tmp, path)
@@ -78,22 +84,54 @@ def read_block(ref: BlockRef) -> pa.Table:
 
 
 OWNER_FILE = "_driver"
+STREAM_DIR = "streams"  # a run's task output streams (`streams.py`)
 
 
 def create_run_dir(block_dir: str, run_id: str) -> str:
     """Make this run's block directory, marked with the driver that owns it, after
     removing the directories of drivers on this host that died without cleaning up
-    (a killed driver would otherwise leave its blocks in tmpfs, that is, in memory)."""
+    (a killed driver would otherwise leave its blocks in tmpfs, that is, in memory).
+
+    The driver reads, returns and deletes whatever the run directory holds, so it must
+    be private: ``block_dir`` must be ours and writable by nobody else (checked, or
+    created 0700), and the run directory and its stream directory are created 0700."""
+    check_block_dir(block_dir)
     _sweep_orphans(block_dir)
     run_dir = os.path.join(block_dir, f"run-{run_id}")
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, OWNER_FILE), "w") as f:
+    os.mkdir(run_dir, 0o700)  # never reuse one: a run id is new, an existing directory is not ours
+    os.mkdir(os.path.join(run_dir, STREAM_DIR), 0o700)
+    fd = os.open(os.path.join(run_dir, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
         f.write(f"{socket.gethostname()} {os.getpid()}")
     return run_dir
 
 
+def check_block_dir(block_dir: str) -> None:
+    """Create ``block_dir`` 0700 if missing, else refuse it unless this user owns it and
+    nobody else may write in it: another local user who can write there can swap a run
+    directory, forge blocks (the driver would commit their rows) or plant links."""
+    os.makedirs(block_dir, mode=0o700, exist_ok=True)
+    uid = os.geteuid()
+    link, st = os.lstat(block_dir), os.stat(block_dir)
+    problem = None
+    if stat.S_ISLNK(link.st_mode) and link.st_uid != uid:
+        problem = f"it is a symbolic link owned by uid {link.st_uid}, who can point it elsewhere"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "it is not a directory"
+    elif st.st_uid != uid:
+        problem = f"it is owned by uid {st.st_uid}, not by this user (uid {uid})"
+    elif st.st_mode & 0o022:
+        problem = f"its mode {stat.S_IMODE(st.st_mode):04o} lets group or others write in it"
+    if problem:
+        from_env = os.environ.get("STREAMBATCH_BLOCK_DIR") == block_dir
+        setting = "$STREAMBATCH_BLOCK_DIR" if from_env else "DataContext.block_dir"
+        raise PermissionError(
+            f"refusing block directory {block_dir!r} ({setting}): {problem}. Blocks must live in a directory "
+            f"only this user can write (chmod 700 it, or set {setting} to a directory of your own)")
+
+
 def _sweep_orphans(block_dir: str) -> None:
-    host = socket.gethostname()
+    host, uid = socket.gethostname(), os.geteuid()
     try:
         entries = os.listdir(block_dir)
     except FileNotFoundError:
@@ -101,6 +139,9 @@ def _sweep_orphans(block_dir: str) -> None:
     for name in entries:
         path = os.path.join(block_dir, name)
         try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+                continue  # only real directories of this user, never a link to elsewhere
             with open(os.path.join(path, OWNER_FILE)) as f:
                 owner_host, pid = f.read().split()
         except (OSError, ValueError):

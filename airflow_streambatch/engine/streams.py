@@ -18,18 +18,22 @@ the blocks its launch estimate already reserved, so tasks whose output is as
 expected never wait. ``spec.skip_blocks`` blocks were delivered by an earlier
 attempt of the task: a retry regenerates them (streaming repartition is
 deterministic) but neither writes nor announces them, so nothing is delivered twice.
+
+The files are created 0600 in the run's 0700 directory, and the driver still trusts no
+path a stream names: it reads, returns and deletes the blocks announced there, so an
+announced block must be exactly the file the watched task writes (`StreamWatcher.poll`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import asdict, dataclass
 
-from airflow_streambatch.engine.blocks import BlockRef
-
-STREAM_DIR = "streams"
+from airflow_streambatch.engine.blocks import STREAM_DIR, BlockRef
+from airflow_streambatch.engine.errors import StreamBatchError
 NO_GRANT_LIMIT = 1 << 62  # lineage replays and unstreamed tasks write freely
 
 
@@ -72,8 +76,13 @@ class OutputStream:
         self._append({"done": blocks})
 
     def _append(self, record: dict) -> None:
-        with open(self.path, "a") as f:  # one write per line: the driver reads whole lines only
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:  # one write per line: the driver reads whole lines only
             f.write(json.dumps(record) + "\n")
+
+
+class ForgedStreamRecordError(StreamBatchError):
+    """A task's output stream announced a block that is not the file that task writes."""
 
 
 @dataclass
@@ -97,6 +106,7 @@ class StreamWatcher:
     """The driver side: reads announcements of running tasks and writes grants."""
 
     def __init__(self, run_dir: str):
+        self.run_dir = run_dir
         self.dir = os.path.join(run_dir, STREAM_DIR)
         self.tasks: dict[str, WatchedTask] = {}
 
@@ -122,7 +132,8 @@ class StreamWatcher:
         for task in self.tasks.values():
             if f"{task.name}.stream" not in present:
                 continue
-            with open(os.path.join(self.dir, f"{task.name}.stream"), "rb") as f:
+            fd = os.open(os.path.join(self.dir, f"{task.name}.stream"), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
                 f.seek(task.offset)
                 data = f.read()
             complete = data[: data.rfind(b"\n") + 1]
@@ -135,12 +146,41 @@ class StreamWatcher:
                 if "done" in record:
                     task.finished = True
                     continue
-                fields = record["block"]
-                fields["producer"] = tuple(fields["producer"])
-                fields["partitions"] = tuple(fields["partitions"])
-                task.written += fields["size_bytes"]
-                found.append((task, BlockRef(**fields)))
+                ref = self._announced_block(task, record["block"])
+                task.written += ref.size_bytes
+                found.append((task, ref))
         return found
+
+    def _announced_block(self, task: WatchedTask, fields: dict) -> BlockRef:
+        """The block a record announces, if it is exactly one the task writes: the file
+        ``<run_dir>/<op_index>-<task_key>-<index>.arrow``, a regular file, not a link.
+
+        Anything else is forged (the driver would read any file it names into the
+        output, then delete it): an error naming the task, and the path is never touched.
+        """
+        try:
+            fields = dict(fields, producer=tuple(fields["producer"]), partitions=tuple(fields["partitions"]))
+            ref = BlockRef(**fields)
+            index = ref.producer[2]
+            ok = (type(index) is int and index >= 0 and ref.producer[1] == task.task_key
+                  and ref.block_id == f"{task.op_index}:{task.task_key}:{index}"
+                  and ref.path == os.path.join(self.run_dir, f"{task.op_index}-{task.task_key}-{index}.arrow")
+                  and all(type(v) is int and v >= 0 for v in (ref.num_rows, ref.size_bytes, ref.offset))
+                  and ref.length is None)
+        except (KeyError, TypeError, IndexError, ValueError):
+            ok = False
+        if ok:
+            try:
+                ok = stat.S_ISREG(os.lstat(ref.path).st_mode)
+            except FileNotFoundError:
+                pass  # lost since: the right path, rebuilt from lineage when read
+        if not ok:
+            raise ForgedStreamRecordError(
+                f"task {task.task_key} of operator {task.op_index} announced a block that is not a file it "
+                f"writes (expected {task.op_index}-{task.task_key}-<index>.arrow, a regular file in "
+                f"{self.run_dir}): {json.dumps(fields, default=str)[:300]}. Another process wrote to the run's "
+                "stream directory; the run stops without reading or deleting that path.")
+        return ref
 
     def waiting(self) -> list[WatchedTask]:
         """Tasks stopped for want of a grant, most downstream operator first."""
@@ -159,6 +199,7 @@ class StreamWatcher:
     def grant(self, task: WatchedTask, blocks: int) -> None:
         task.granted = blocks
         tmp = os.path.join(self.dir, f"{task.name}.grant.tmp")
-        with open(tmp, "w") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write(str(blocks))
         os.replace(tmp, os.path.join(self.dir, f"{task.name}.grant"))

@@ -13,21 +13,79 @@ Three ways, one connection:
 The master is read from the connection the way `SparkSubmitHook` reads it (host with
 scheme, or ``conn_type://host:port``); extras ``conf`` (a dict of Spark properties),
 ``deploy-mode`` and ``spark-binary`` apply to both paths.
+
+Connection properties hold secrets (S3 keys, Azure account keys, tokens). Both paths
+start a JVM through spark-submit, which would put every ``--conf k=v`` on a command
+line any local user reads with ``ps`` (and SparkSubmitHook logs its command): the
+properties go in a 0600 file in a private directory instead (``--properties-file``),
+deleted once the JVM has read it; sensitive values are registered with Airflow's
+secrets masker before anything logs, and ``spark.redaction.regex`` is extended so the
+Spark UI hides account keys, SAS tokens and credentials too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import shlex
+import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
 
 from airflow_streambatch.engine.java import ensure_java
 from airflow_streambatch.engine.spark_backend import get_spark
+
+# Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
+# Azure account keys and SAS tokens, credentials and key files. Keys (or values) it matches
+# are hidden in the Spark UI and masked in Airflow's logs.
+SENSITIVE = (r"(?i)secret|password|passwd|token|access[.]?key|account[.]?key|(^|[.])sas([.]|$)|credential"
+             r"|private[.]?key|keyfile|encryption[.]?key|signature")
+_SENSITIVE = re.compile(SENSITIVE)
+_PROPERTIES_SPECIAL = "=:#! \t\n\r\f"
+
+
+def mask_sensitive(conf: dict[str, str]) -> None:
+    """Register the values of sensitive Spark properties with Airflow's secrets masker."""
+    for key, value in conf.items():
+        if _SENSITIVE.search(key):
+            mask_secret(value)
+
+
+@contextlib.contextmanager
+def properties_file(conf: dict[str, str]) -> Iterator[str]:
+    """``conf`` as a Java properties file, 0600 in a private (0700) directory, removed on exit.
+
+    ``--properties-file`` replaces spark-defaults.conf, so its properties come first
+    (later lines win). Special characters are escaped (Azure keys end in ``==``).
+    """
+    from pyspark.find_spark_home import _find_spark_home
+
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
+    defaults = os.path.join(conf_dir, "spark-defaults.conf")
+    private = tempfile.mkdtemp(prefix="streambatch-conf-")
+    try:
+        path = os.path.join(private, "spark.properties")
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+            if os.path.isfile(defaults):
+                with open(defaults, encoding="utf-8") as d:
+                    f.write(d.read() + "\n")
+            f.writelines(f"{_escape(k)}={_escape(v)}\n" for k, v in conf.items())
+        yield path
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _escape(text: str) -> str:
+    text = text.replace("\\", "\\\\")
+    return "".join(f"\\u{ord(c):04x}" if c in _PROPERTIES_SPECIAL else c for c in text)
 
 
 class StreamBatchHook(BaseHook):
@@ -86,30 +144,52 @@ class StreamBatchHook(BaseHook):
         Executors start ``python3`` unless told otherwise, which on a cluster is rarely
         the interpreter that has pyarrow and the pipeline's packages: default to this
         worker's interpreter (the compose file's images put it at the same path);
-        override with ``spark.pyspark.python`` in the connection.
+        override with ``spark.pyspark.python`` in the connection. ``spark.redaction.regex``
+        gains `SENSITIVE` (a regex of the connection's own is kept, ours added to it), and
+        sensitive values are registered with Airflow's secrets masker on every read, so
+        they are masked before any log line can carry them.
         """
         conf = {str(k): str(v) for k, v in (self.extras.get("conf") or {}).items()}
         conf.update({str(k): str(v) for k, v in self.spark_conf.items()})
         conf.setdefault("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
+        own = conf.get("spark.redaction.regex")
+        conf["spark.redaction.regex"] = f"{own}|{SENSITIVE}" if own else SENSITIVE
+        mask_sensitive(conf)
         return conf
 
     def get_spark_session(self):
         """The SparkSession of this task: embedded local Spark, or a client-mode driver for the connection's master.
 
-        An active session in the process (a notebook, a test) is reused as is.
+        An active session in the process (a notebook, a test) is reused as is. The
+        properties reach the driver JVM in a properties file (PySpark passes builder
+        options to spark-submit as argv); when this process already has a JVM gateway
+        they go over its socket instead, which no other user can read.
         """
+        from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
         if SparkSession.getActiveSession() is not None or self.master is None:
             return get_spark()
-        os.environ.setdefault("PYSPARK_PYTHON", self.conf["spark.pyspark.python"])
+        conf = {"spark.scheduler.mode": "FAIR", "spark.ui.showConsoleProgress": "false", **self.conf}
+        os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
         ensure_java()
         builder = SparkSession.builder.master(self.master).appName(self.app_name)
-        for key, value in {"spark.scheduler.mode": "FAIR", "spark.ui.showConsoleProgress": "false",
-                           **self.conf}.items():
-            builder = builder.config(key, value)
         self.log.info("Starting Spark driver for master %s (connection %s)", self.master, self.streambatch_conn_id)
-        return builder.getOrCreate()
+        if SparkContext._gateway is not None:
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            return builder.getOrCreate()
+        previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
+        with properties_file(conf) as path:
+            # before any arguments of the user's own (which end in pyspark-shell)
+            os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} {previous or 'pyspark-shell'}"
+            try:
+                return builder.getOrCreate()
+            finally:
+                if previous is None:
+                    os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+                else:
+                    os.environ["PYSPARK_SUBMIT_ARGS"] = previous
 
     def submit_epoch(self, spec: dict, *, python_path: list[str] | None = None, **submit_kwargs) -> None:
         """Run one epoch as a spark-submit application (`airflow_streambatch.epochs.spark_app`).
@@ -133,11 +213,11 @@ class StreamBatchHook(BaseHook):
             "PYTHONPATH": os.pathsep.join([*(python_path or []), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         }
         ensure_java()  # sets JAVA_HOME in this process's environment, which spark-submit inherits
-        with tempfile.NamedTemporaryFile("w", prefix="streambatch-epoch-", suffix=".json", delete=False) as f:
-            json.dump(spec, f)
-        try:
-            hook = SparkSubmitHook(conn_id=self.streambatch_conn_id, conf=self.conf, name=self.app_name,
-                                   application_args=[f.name], env_vars=env, **submit_kwargs)
+        conf = self.conf  # masks the secrets before SparkSubmitHook logs anything
+        with properties_file(conf) as props:
+            spec_path = os.path.join(os.path.dirname(props), "epoch.json")
+            with os.fdopen(os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                json.dump(spec, f)
+            hook = SparkSubmitHook(conn_id=self.streambatch_conn_id, conf={}, properties_file=props,
+                                   name=self.app_name, application_args=[spec_path], env_vars=env, **submit_kwargs)
             hook.submit(application=os.path.abspath(spark_app.__file__))
-        finally:
-            os.unlink(f.name)
