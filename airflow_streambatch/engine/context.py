@@ -58,8 +58,9 @@ class DataContext:
         ``None`` reads them from the Spark configuration (task slots for CPU,
         ``spark.executor.resource.gpu.amount`` times executors for GPU).
     :param block_dir: where blocks (Arrow IPC files) live; one sub-directory per run.
-        Must be visible to every executor: the default (tmpfs or the temp dir) suits
-        local Spark; set a shared filesystem path for clusters.
+        Must be visible to every executor: the default (tmpfs or the temp dir, per
+        user) suits local Spark; set a shared filesystem path for clusters. It must
+        be owned by the user running Spark and not writable by group or others.
     :param group_scheduling: launch ready tasks of one operator as one Spark job
         (Drizzle), sized by AIMD to keep scheduling overhead under
         ``scheduling_overhead_bound``.
