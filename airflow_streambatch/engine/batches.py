@@ -72,11 +72,25 @@ def _numpy_to_arrow(values) -> pa.Array:
     return pa.array(values)
 
 
-def rows_to_table(rows: list[dict], operator: str) -> pa.Table:
-    """Rows (dicts) a row function produced, as a table."""
+def rows_to_table(rows: list[dict], operator: str, keys=None) -> pa.Table:
+    """Rows (dicts) a row function produced, as a table.
+
+    Every row must have the keys of the first one (or ``keys``, those of the rows
+    the operator produced before): Arrow builds the columns from the first row, so
+    a key only some rows have would be dropped, and a missing one filled with null,
+    silently. One key-set comparison per row is all this costs.
+    """
+    if keys is None and rows and isinstance(rows[0], dict):
+        keys = rows[0].keys()
     for row in rows:
         if not isinstance(row, dict):
             raise TypeError(f"{operator} must return dict rows, got {type(row).__name__}")
+        if row.keys() != keys:
+            raise ValueError(
+                f"{operator} returned rows with different keys: {sorted(keys, key=str)} and {sorted(row, key=str)}. "
+                "Every row must have the same keys (put None where a row has no value): otherwise the missing "
+                "columns would be filled with nulls and the extra ones dropped"
+            )
     return pa.Table.from_pylist(rows)
 
 

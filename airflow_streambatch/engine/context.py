@@ -81,6 +81,9 @@ class DataContext:
         (its Python worker killed) and the task retried like any failure; ``None``
         (default) waits as long as the task runs, as Spark does. Set it where a UDF can
         hang (a stuck network call, a deadlocked library).
+    :param stall_timeout_s: seconds tasks may wait for memory grants while nothing
+        moves (no block written, no task finished, no grant) before the run fails with
+        an error that says what each waiting task waits for. Default 300.
     """
 
     target_max_block_size: int = 128 * MiB
@@ -98,6 +101,7 @@ class DataContext:
     max_task_retries: int = 2
     max_failed_partitions: int = 0
     task_timeout_s: float | None = None
+    stall_timeout_s: float = 300.0
 
     _global: ClassVar[DataContext | None] = None
 
@@ -125,7 +129,7 @@ class DataContext:
 
 
 _POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limit", "max_group_size")
-_POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s")
+_POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s")
 
 
 def _validate(name: str, value) -> None:

@@ -31,8 +31,10 @@ from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import PartitionFailure, PartitionsFailedError, StreamBatchError
 from airflow_streambatch.engine.failures import (
     disk_full_error,
+    fit_blocks_to_memory_limit,
     job_failure_message,
     root_cause,
+    stall_report,
     warn_if_block_dir_small,
 )
 from airflow_streambatch.engine.lineage import LineageTable
@@ -41,9 +43,15 @@ from airflow_streambatch.engine.partitions import PartitionTracker
 from airflow_streambatch.engine.plan import PhysicalOp
 from airflow_streambatch.engine.resources import ResourcePool
 from airflow_streambatch.engine.scheduler import MemoryState, make_policy
-from airflow_streambatch.engine.spark_backend import SparkBackend, get_spark, ship_package, slots_from_spark
+from airflow_streambatch.engine.spark_backend import (
+    SparkBackend,
+    get_spark,
+    ship_package,
+    slots_from_spark,
+    spark_task_slots,
+)
 from airflow_streambatch.engine.stats import RunStats, progress_line
-from airflow_streambatch.engine.streams import StreamWatcher, WatchedTask, stream_name
+from airflow_streambatch.engine.streams import YIELD, StreamWatcher, WatchedTask, stream_name
 from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSpec
 from airflow_streambatch.engine.transforms import WriteFiles
 
@@ -63,6 +71,8 @@ def _ensure_progress_visible() -> None:
 _DONE = object()
 NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
 STALL_S = 1.0  # nothing moved for this long while tasks wait for memory: grant one block anyway
+CANCEL_WAIT_S = 10.0  # how long a stopped run waits for its cancelled Spark jobs before cleaning up
+PREEMPT_AFTER_S = 0.2  # nothing moved for this long while a consumer has no slot: preempt a waiting task
 
 
 @dataclass
@@ -96,6 +106,7 @@ class StreamingExecutor:
         self._delivered: dict[tuple[int, str], set[str]] = {}  # (operator, task key) -> streamed block ids
         self.streams = StreamWatcher(self.run_dir)
         self._last_move = time.monotonic()  # last time a block, a job or a grant moved
+        self._emptying: set[int] = set()  # launches whose waiting tasks are told to yield their slots
         self._over_limit_warned = False
         self.lineage = LineageTable(ops[0].lineage if ops[0].kind == "blocks" else None)
         sink = ops[-1].transforms[-1] if ops[-1].transforms else None
@@ -113,17 +124,14 @@ class StreamingExecutor:
         self.spark = get_spark(min_slots=int(total_slots))
         ship_package(self.spark)
         resources = self.ctx.resources or slots_from_spark(self.spark)
-        self.pool = ResourcePool(resources)
+        self.pool = ResourcePool(resources, spark_task_slots(self.spark))
+        fit_blocks_to_memory_limit(self.ctx)
         self.memory = MemoryState(self.ctx.memory_limit)
         self.policy = make_policy(self.ctx.scheduling_policy, self.memory)
         self.states = [OpState(i, op, self.ctx, self.pool, self.memory) for i, op in enumerate(self.ops)]
         for state in self.states:
             state.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
-            mine = {name for name, _ in state.op.compute.resources}
-            state.shares_slots_with = [
-                d for d in self.states[state.index + 1:]
-                if d.op.runs_tasks and mine & {name for name, _ in d.op.compute.resources}
-            ]
+            state.downstream = [d for d in self.states[state.index + 1:] if d.op.runs_tasks]
             if state.op.runs_tasks:
                 self.pool.check_feasible(state.op.compute, state.op.name)
         self._plan_source()
@@ -193,8 +201,9 @@ class StreamingExecutor:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             error = exc
         finally:
-            if error is not None:
+            if error is not None or self._launches:
                 self.backend.cancel()
+                self._await_cancelled(CANCEL_WAIT_S)
             if self.committer is not None:
                 self.committer.cleanup()
             self.stats.finish(self.states, self.memory.peak)
@@ -204,6 +213,19 @@ class StreamingExecutor:
                     log.info("%s", progress_line(state, final=True))
             self.outputs.put(error if error is not None else _DONE)
 
+    def _await_cancelled(self, bound_s: float) -> None:
+        """Wait, at most ``bound_s``, for cancelled jobs to end: a task that started just
+        before the cancel would otherwise stage files after the cleanup removed them."""
+        deadline = time.monotonic() + bound_s
+        while self._launches and time.monotonic() < deadline:
+            try:
+                self._launches.pop(self.backend.outcomes.get(timeout=0.1).launch_id, None)
+            except queue.Empty:
+                pass
+        if self._launches:
+            log.warning("%d Spark job(s) of run %s did not end within %.0f s of being cancelled; their staged files "
+                        "are swept by the next write", len(self._launches), self.run_id, bound_s)
+
     def _loop(self) -> None:
         last_tick = last_progress = time.monotonic()
         self.stats.start()
@@ -212,6 +234,7 @@ class StreamingExecutor:
             self._follow_streams()
             self._check_failures()  # commits can fail partitions too (schema mismatch)
             self._enforce_timeouts()
+            self._check_stalled()
             if all(s.done for s in self.states):
                 return
             now = time.monotonic()
@@ -220,6 +243,7 @@ class StreamingExecutor:
                 last_tick = now
             self._advance_barriers()
             self._schedule()
+            self._preempt()
             if self.ctx.progress_interval_s and now - last_progress >= self.ctx.progress_interval_s:
                 last_progress = now
                 for state in self.states:
@@ -258,7 +282,6 @@ class StreamingExecutor:
             # more waits for grants, so nothing reserves more than is free
             room = max(0.0, self.memory.limit - self.memory.used - self.memory.reserved)
             conservative_probe = not state.estimates.known and self.ctx.scheduling_policy == "conservative"
-            self.memory.short |= estimate > room
             estimate = room if conservative_probe else min(estimate, room)
             specs.append(self._next_spec(state))
             estimates.append(estimate)
@@ -331,6 +354,7 @@ class StreamingExecutor:
         for ids in gpu_ids:
             self.pool.release(state.index, state.op.compute, ids)
         state.running_tasks -= len(specs)
+        self._emptying.discard(outcome.launch_id)
         self._last_move = time.monotonic()
         if outcome.error is not None:  # a worker crashed, an executor was lost, or the job timed out
             if len(specs) > 1:  # which task is at fault is unknown: run each alone, charging none a try
@@ -356,6 +380,9 @@ class StreamingExecutor:
             per_partition_work[i % partitions] += result.work_s
         state.sizer.observe(outcome.wall_s, per_partition_work, len(specs))
         for spec, result in zip(specs, results):
+            if result.yielded:  # gave its slot back while waiting for memory: runs again, charged nothing
+                state.retry_specs.append(spec)
+                continue
             if result.no_space is not None:
                 raise disk_full_error(result.no_space, self.ctx, state.op.name, spec.partitions)
             if result.lost_inputs:
@@ -449,6 +476,50 @@ class StreamingExecutor:
                             launch.state.op.name, [s.task_key for s in launch.specs], self.ctx.task_timeout_s)
                 self.backend.cancel_launch(launch_id)
 
+    def _preempt(self) -> None:
+        """Give a slot to a consumer that has input but none to run it on, while tasks
+        upstream of it hold slots waiting for memory that only the consumer can free.
+
+        The Spark job of the most upstream waiting task is emptied: each of its tasks
+        that waits is told to yield (`streams.YIELD`), stops, and runs again later,
+        skipping the blocks it delivered; tasks queued behind them do not start. Slots
+        come back when the job ends, so the whole job must end, not one task of it.
+        One job at a time, and only after nothing moved for ``PREEMPT_AFTER_S``."""
+        waiting = self.streams.waiting()
+        for task in waiting:
+            if _launch_of(task) in self._emptying:
+                self._yield(task)
+        if self._emptying or time.monotonic() - self._last_move < PREEMPT_AFTER_S:
+            return
+        for state in reversed(self.states):
+            if not (state.op.runs_tasks and state.running_tasks == 0 and state.has_input()
+                    and state.usable_slots() == 0 and self.policy.has_output_space(state)):
+                continue
+            victims = [task for task in waiting if task.op_index < state.index]
+            if victims:
+                launch_id = _launch_of(min(victims, key=lambda task: task.op_index))
+                log.info("%s waits for a slot that tasks waiting for memory hold; preempting Spark job %d of %s",
+                         state.op.name, launch_id, self._launches[launch_id].state.op.name)
+                self._emptying.add(launch_id)
+                for task in waiting:
+                    if _launch_of(task) == launch_id:
+                        self._yield(task)
+                return
+
+    def _yield(self, task: WatchedTask) -> None:
+        self.streams.grant(task, YIELD)
+        task.yielding = True
+
+    def _check_stalled(self) -> None:
+        """Fail loudly, never hang: tasks have waited for memory and nothing moved for
+        ``stall_timeout_s``. Output waiting for the caller (a paused ``iter_batches``)
+        is the caller's pace, not a stall."""
+        waiting = self.streams.waiting()
+        if (not waiting or self.states[-1].buffered_output_bytes
+                or time.monotonic() - self._last_move < self.ctx.stall_timeout_s):
+            return
+        raise StreamBatchError(stall_report(self.ctx, self.states, self.memory, waiting))
+
     # -- streamed blocks and memory grants -----------------------------------------
     def _follow_streams(self, grant: bool = True) -> None:
         """Pass on the blocks running tasks announced, then grant memory to tasks waiting
@@ -485,7 +556,6 @@ class StreamingExecutor:
                 self.streams.grant(task, task.waiting_for + 1)
                 self._last_move = now
         waiting = self.streams.waiting()
-        self.memory.short |= bool(waiting)
         # tasks queued behind a waiting one keep their reservation (it lets them write without
         # asking) but cannot use it before that one moves
         writing = self.memory.reserved - sum(task.reserved for task in self.streams.held_back(waiting))
@@ -615,6 +685,11 @@ class StreamingExecutor:
     # -- cleanup ----------------------------------------------------------------
     def cleanup(self) -> None:
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _launch_of(task: WatchedTask) -> int:
+    """The launch (Spark job) a watched task runs in: the last part of its stream name."""
+    return int(task.name.rsplit("-", 1)[1])
 
 
 def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> list[list[BlockRef]]:

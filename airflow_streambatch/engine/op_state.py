@@ -17,7 +17,7 @@ from collections import deque
 from airflow_streambatch.engine.blocks import BlockRef
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.plan import PhysicalOp
-from airflow_streambatch.engine.resources import ResourcePool
+from airflow_streambatch.engine.resources import TASK_SLOTS, ResourcePool
 from airflow_streambatch.engine.scheduler import Estimates, MemoryState
 from airflow_streambatch.engine.spark_backend import GroupSizer
 from airflow_streambatch.engine.stats import OpStats
@@ -50,7 +50,7 @@ class OpState:
         self.rows_seen = 0  # limit: rows passed on so far
         self.cut = False  # upstream of a satisfied limit: launch nothing, drop outputs
         self.largest_block = 0  # bytes of the largest block this operator has written
-        self.shares_slots_with: list[OpState] = []  # downstream operators using a resource of ours (executor)
+        self.downstream: list[OpState] = []  # downstream operators that run tasks (set by the executor)
         self.groups: deque[list[BlockRef]] = deque()  # repartition: slice groups, one per task
         self.barrier_blocks: list[BlockRef] = []  # repartition: inputs held until all groups ran
         first = op.transforms[0] if op.transforms else None
@@ -97,18 +97,24 @@ class OpState:
         return len(self.retry_specs) + len(self.pending_reads) + len(self.groups) + len(self.inputs)
 
     def usable_slots(self) -> int:
-        """Free slots, less one for each downstream operator that shares a resource with
-        this one, runs nothing and has blocks queued (or once memory is short: a task of
-        this run waited for a grant or was launched with less than its estimate). A task
-        waiting for memory keeps its slot, so a producer must not take the last slot the
-        consumer of its blocks needs (Ray Data reserves resources per operator for the
-        same reason). A consumer with nothing to do keeps no slot while memory is
-        plentiful: W4's embedding ran on one of two CPU slots while the other was kept
-        for a write that needed 1 s in all. Nothing running: one slot at least."""
-        free = self.pool.slots_for(self.index, self.op.compute)
-        held = sum(1 for op in self.shares_slots_with
-                   if op.running_tasks == 0 and not op.done and (op.inputs or self.memory.short))
-        return max(free - held, 0 if self.running_tasks else min(free, 1))
+        """Free slots, leaving one task's resources (and a Spark task slot) to each
+        downstream operator that runs nothing and has input queued: the consumer of
+        this operator's blocks must be able to start, or memory never drains (Ray Data
+        reserves resources per operator for the same reason). A consumer with nothing
+        queued keeps nothing: W4's embedding ran on one of two CPU slots while the other
+        was kept for a write that needed 1 s in all. Slots already held by tasks that
+        wait for memory are taken back by preemption (the executor's `_preempt`)."""
+        keep: dict[str, float] = {}
+        for op in self.downstream:
+            if op.running_tasks == 0 and not op.done and op.queued():
+                for name, amount in op.op.compute.resources:
+                    keep[name] = keep.get(name, 0.0) + amount
+                keep[TASK_SLOTS] = keep.get(TASK_SLOTS, 0.0) + 1
+        return self.pool.slots_for(self.index, self.op.compute, keep)
+
+    def queued(self) -> bool:
+        """Work is waiting for a slot (input blocks, repartition groups, retries)."""
+        return bool(self.inputs or self.groups or self.retry_specs or self.pending_reads)
 
     @property
     def done(self) -> bool:

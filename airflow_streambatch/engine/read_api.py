@@ -7,8 +7,10 @@ Nothing is read here; listing and partitioning happen when a consumer runs.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import io
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -36,6 +38,11 @@ def _check_blocks(override_num_blocks, where: str) -> None:
         raise ValueError(f"{where}: override_num_blocks must be a positive integer, got {override_num_blocks!r}")
 
 
+def _file_source(source: Datasource, paths) -> Datasource:
+    """The source, remembering its input paths: a write must not land inside them (`check_disjoint`)."""
+    return dataclasses.replace(source, paths=(paths,) if isinstance(paths, str) else tuple(paths))
+
+
 def _open(path: str):
     fs, inner = resolve(path)
     return fs.open_input_file(inner)
@@ -46,6 +53,8 @@ def _schema_drift(expected: pa.Schema, found: pa.Schema) -> str:
     parts = [f"missing {name!r}" for name in want if name not in got]
     parts += [f"extra {name!r}" for name in got if name not in want]
     parts += [f"{name!r} is {got[name]} not {want[name]}" for name in want if name in got and got[name] != want[name]]
+    if not parts and found.names != expected.names:
+        parts.append(f"columns {found.names} are in another order than {expected.names}")
     return ", ".join(parts)
 
 
@@ -60,7 +69,8 @@ def read_parquet(paths, *, columns: list[str] | None = None, override_num_blocks
 
     def plan(slots: int, override: int | None, target_bytes: int):
         files = expand_paths(paths, suffixes)
-        reference, expected = _reference_schema([path for path, _ in files])
+        reference, expected = _first_readable([path for path, _ in files],
+                                              lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet")
 
         def reader(fragment: Fragment):
             with _open(fragment.path) as handle:
@@ -76,19 +86,19 @@ def read_parquet(paths, *, columns: list[str] | None = None, override_num_blocks
         return file_datasource("Parquet", listed, suffixes, reader, _parquet_row_groups).plan(
             slots, override, target_bytes)
 
-    return Dataset([Read(Datasource("Parquet", plan), override_num_blocks)])
+    return Dataset([Read(_file_source(Datasource("Parquet", plan), paths), override_num_blocks)])
 
 
-def _reference_schema(files: list[str]) -> tuple[str, pa.Schema]:
-    """The schema of the first readable file; unreadable ones fail in their own read task."""
+def _first_readable(files: list[str], schema_of, kind: str) -> tuple[str, pa.Schema]:
+    """The first readable file and its schema; unreadable ones fail in their own read task."""
     problems = []
     for path in files:
         try:
             with _open(path) as handle:
-                return path, pq.ParquetFile(handle).schema_arrow
+                return path, schema_of(handle)
         except (OSError, pa.ArrowException) as exc:
             problems.append(f"{path}: {exc}")
-    raise OSError("no readable parquet file among the inputs:\n" + "\n".join(problems))
+    raise OSError(f"no readable {kind} file among the inputs:\n" + "\n".join(problems))
 
 
 def _parquet_row_groups(path: str, size: int) -> list[Fragment]:
@@ -102,16 +112,70 @@ def _parquet_row_groups(path: str, size: int) -> list[Fragment]:
     return [Fragment(path, meta.row_group(i).total_byte_size, (i,)) for i in builtins.range(meta.num_row_groups)]
 
 
-def read_csv(paths, *, override_num_blocks: int | None = None) -> Dataset:
-    """CSV files with a header row; types are inferred by Arrow."""
+def read_csv(paths, *, convert_options: pacsv.ConvertOptions | None = None,
+             override_num_blocks: int | None = None) -> Dataset:
+    """CSV files with a header row; types are inferred by Arrow, or set with ``convert_options``.
+
+    Each file's types are inferred on their own, so every file must come out with the
+    types of the first one: a column whose type differs (ints in one file, text in
+    another) fails that file's partition with an error naming both files, the column
+    and both types. A column that is empty in a file (type null) takes the first
+    file's type.
+    """
     _check_blocks(override_num_blocks, "read_csv")
 
-    def reader(fragment: Fragment):
-        with _open(fragment.path) as handle:
-            for batch in pacsv.open_csv(handle):
-                yield pa.Table.from_batches([batch])
+    def plan(slots: int, override: int | None, target_bytes: int):
+        files = [path for path, _ in expand_paths(paths)]
+        reference, expected = _first_readable(files, lambda handle: _open_csv(handle, convert_options).schema, "CSV")
 
-    return Dataset([Read(file_datasource("CSV", paths, (), reader), override_num_blocks)])
+        def reader(fragment: Fragment):
+            with _open(fragment.path) as handle:
+                stream = _open_csv(handle, convert_options)
+                found = stream.schema
+                if not _csv_compatible(expected, found):
+                    raise ValueError(f"CSV column types differ from the first file's: {_schema_drift(expected, found)}"
+                                     f" (compared with {reference}); make the files agree or set the column types "
+                                     "with read_csv(..., convert_options=pyarrow.csv.ConvertOptions(column_types=...))")
+                for batch in _csv_batches(stream):
+                    yield _cast_null_columns(pa.Table.from_batches([batch]), expected)
+
+        return file_datasource("CSV", files, (), reader).plan(slots, override, target_bytes)
+
+    return Dataset([Read(_file_source(Datasource("CSV", plan), paths), override_num_blocks)])
+
+
+def _open_csv(handle, convert_options):
+    return pacsv.open_csv(handle, convert_options=convert_options)
+
+
+def _csv_batches(stream):
+    """The stream's batches; a value that does not fit the column's type names the column, not just its number."""
+    while True:
+        try:
+            batch = stream.read_next_batch()
+        except StopIteration:
+            return
+        except pa.ArrowInvalid as exc:
+            found = re.search(r"column #(\d+)", str(exc))
+            if found and int(found.group(1)) < len(stream.schema):
+                field = stream.schema.field(int(found.group(1)))
+                raise ValueError(f"column {field.name!r} (typed {field.type} from the file's first rows): {exc}; set "
+                                 "its type with read_csv(..., convert_options=pyarrow.csv.ConvertOptions("
+                                 "column_types=...))") from exc
+            raise
+        yield batch
+
+
+def _csv_compatible(expected: pa.Schema, found: pa.Schema) -> bool:
+    if found.names != expected.names:
+        return False
+    return all(f.type == e.type or pa.types.is_null(f.type) for f, e in zip(found, expected))
+
+
+def _cast_null_columns(table: pa.Table, expected: pa.Schema) -> pa.Table:
+    if table.schema.equals(expected):
+        return table
+    return table.cast(expected)  # only null columns differ (checked above); null casts to any type
 
 
 def read_json(paths, *, override_num_blocks: int | None = None) -> Dataset:
@@ -126,7 +190,7 @@ def read_json(paths, *, override_num_blocks: int | None = None) -> Dataset:
         else:
             yield pajson.read_json(io.BytesIO(data))
 
-    return Dataset([Read(file_datasource("JSON", paths, (), reader), override_num_blocks)])
+    return Dataset([Read(_file_source(file_datasource("JSON", paths, (), reader), paths), override_num_blocks)])
 
 
 def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = False,
@@ -142,7 +206,7 @@ def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = False,
         for start in builtins.range(0, len(lines), READ_BATCH_ROWS):
             yield pa.table({"text": pa.array(lines[start:start + READ_BATCH_ROWS], pa.string())})
 
-    return Dataset([Read(file_datasource("Text", paths, (), reader), override_num_blocks)])
+    return Dataset([Read(_file_source(file_datasource("Text", paths, (), reader), paths), override_num_blocks)])
 
 
 def read_binary_files(paths, *, include_paths: bool = True, override_num_blocks: int | None = None) -> Dataset:
@@ -157,7 +221,7 @@ def read_binary_files(paths, *, include_paths: bool = True, override_num_blocks:
             columns = {"path": pa.array([fragment.path]), **columns}
         yield pa.table(columns)
 
-    return Dataset([Read(file_datasource("BinaryFiles", paths, (), reader), override_num_blocks)])
+    return Dataset([Read(_file_source(file_datasource("BinaryFiles", paths, (), reader), paths), override_num_blocks)])
 
 
 def from_items(items: list, *, override_num_blocks: int | None = None) -> Dataset:

@@ -88,7 +88,6 @@ class MemoryState:
     used: int = 0  # bytes of blocks produced and not yet released
     reserved: float = 0.0  # estimated output of running tasks
     peak: int = 0
-    short: bool = False  # a task of this run waited, or was launched to wait, for memory grants
 
 
 @dataclass

@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import queue
+import re
 import site
 import sys
 import sysconfig
@@ -125,6 +126,18 @@ def slots_from_spark(spark: SparkSession) -> dict[str, float]:
         executors = max(1, len(sc._jsc.sc().getExecutorMemoryStatus()) - 1)
         slots["GPU"] = gpus_per_executor * executors
     return slots
+
+
+def spark_task_slots(spark: SparkSession) -> int:
+    """Spark tasks that run at once: ``local[N]`` threads, else the executors' cores
+    (Spark's default parallelism), divided by ``spark.task.cpus``."""
+    sc = spark.sparkContext
+    local = re.match(r"local(?:\[(\d+|\*)(?:,\d+)?\])?$", sc.master)
+    if local:
+        cores = 1 if local.group(1) is None else (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1))
+    else:
+        cores = sc.defaultParallelism
+    return max(1, cores // max(1, int(sc.getConf().get("spark.task.cpus", "1"))))
 
 
 @dataclass

@@ -11,7 +11,9 @@ block directory on a cluster):
   several tasks one after another in a partition, the job ends much later);
 * the driver reads those lines every turn of its loop, passes each block downstream
   at once (the consumer may start before the producer ends), and writes the number
-  of blocks the task may write to ``<task>.grant`` when memory allows.
+  of blocks the task may write to ``<task>.grant`` when memory allows, or ``YIELD``
+  when the task's slot is needed by an operator that frees memory: the task stops
+  (`TaskYielded`) and is run again later, skipping the blocks it delivered.
 
 A task may write ``spec.granted`` blocks without asking: the driver gives each task
 the blocks its launch estimate already reserved, so tasks whose output is as
@@ -35,6 +37,11 @@ from dataclasses import asdict, dataclass
 from airflow_streambatch.engine.blocks import STREAM_DIR, BlockRef
 from airflow_streambatch.engine.errors import StreamBatchError
 NO_GRANT_LIMIT = 1 << 62  # lineage replays and unstreamed tasks write freely
+YIELD = -1  # a grant that tells a waiting task to stop and give its slot back (it is run again later)
+
+
+class TaskYielded(Exception):
+    """Raised in a task the driver preempted while it waited for memory."""
 
 
 def stream_name(op_index: int, task_key: str, launch_id: int) -> str:
@@ -63,7 +70,10 @@ class OutputStream:
             time.sleep(self.poll_s)
             try:
                 with open(self.grant_path) as f:
-                    self.granted = max(self.granted, int(f.read() or 0))
+                    grant = int(f.read() or 0)
+                if grant == YIELD:
+                    raise TaskYielded(f"preempted before block {index}")
+                self.granted = max(self.granted, grant)
             except FileNotFoundError:
                 if not os.path.isdir(self.dir):  # the run is over (driver gone or cancelled)
                     raise RuntimeError(f"the run's block directory {self.dir} is gone; stopping") from None
@@ -100,6 +110,7 @@ class WatchedTask:
     waiting_for: int | None = None
     finished: bool = False  # wrote all its blocks; its Spark job may still run other tasks
     after: str | None = None  # the task its Spark partition runs before it, if any
+    yielding: bool = False  # told to give its slot back: gets no grant
 
 
 class StreamWatcher:
@@ -184,7 +195,8 @@ class StreamWatcher:
 
     def waiting(self) -> list[WatchedTask]:
         """Tasks stopped for want of a grant, most downstream operator first."""
-        stuck = [t for t in self.tasks.values() if t.waiting_for is not None and t.waiting_for >= t.granted]
+        stuck = [t for t in self.tasks.values()
+                 if t.waiting_for is not None and t.waiting_for >= t.granted and not t.yielding]
         return sorted(stuck, key=lambda t: -t.op_index)
 
     def held_back(self, waiting: list[WatchedTask]) -> list[WatchedTask]:

@@ -21,7 +21,7 @@ from airflow_streambatch.engine.blocks import BlockBuilder, BlockRef, read_block
 from airflow_streambatch.engine.commit import StagedFile
 from airflow_streambatch.engine.datasource import ReadTask
 from airflow_streambatch.engine.failures import is_disk_full
-from airflow_streambatch.engine.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream
+from airflow_streambatch.engine.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream, TaskYielded
 from airflow_streambatch.engine.transforms import TaskEnv, Transform, chain, gpu_env
 
 
@@ -73,6 +73,7 @@ class TaskResult:
     lost_inputs: list[str] = field(default_factory=list)  # input block ids whose files are gone
     files: list[StagedFile] = field(default_factory=list)  # what a sink task staged
     no_space: str | None = None  # the path a write failed on for want of disk space (not the partition's fault)
+    yielded: bool = False  # preempted while waiting for memory, or not started after one was: run it again
 
 
 def _input_tables(spec: TaskSpec) -> Iterator:
@@ -154,6 +155,10 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
             pass
         if output.stream is not None:
             output.stream.finish(len(output.blocks))
+    except TaskYielded:  # the driver needs the slot: what was announced stays delivered
+        output.discard_unannounced()
+        return TaskResult(spec.task_key, [], time.perf_counter() - start - output.waited_s, input_bytes, 0,
+                          yielded=True)
     except Exception as exc:  # noqa: BLE001 - user code: report, never crash the worker
         output.discard_unannounced()
         no_space = (output.writing or getattr(exc, "filename", None) or "") if is_disk_full(exc) else None
@@ -196,5 +201,11 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
     os.makedirs(os.path.join(op.run_dir, STREAM_DIR), mode=0o700, exist_ok=True)  # private, as the driver made it
-    results = [run_task(op, cloudpickle.loads(blob)) for group in groups for blob in group]
+    results = []
+    for blob in (blob for group in groups for blob in group):
+        spec = cloudpickle.loads(blob)
+        if results and results[-1].yielded:  # the slot goes back now: later tasks of the group run later
+            results.append(TaskResult(spec.task_key, [], 0.0, 0, 0, yielded=True))
+        else:
+            results.append(run_task(op, spec))
     return iter([cloudpickle.dumps(r) for r in results])

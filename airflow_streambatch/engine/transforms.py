@@ -146,6 +146,7 @@ class MapRows(Transform):
 
     def apply(self, tables, env):
         fn, name = self.fn, self.name
+        keys = None  # the first output row's keys: every later row of the task must match them
         for table in tables:
             rows = table.to_pylist()
             if self.kind == "filter":
@@ -163,7 +164,9 @@ class MapRows(Transform):
                         raise TypeError(f"{name} must return an iterable of dict rows, got {type(produced).__name__}")
                     out.extend(produced)
             if out:
-                yield rows_to_table(out, name)
+                if keys is None and isinstance(out[0], dict):
+                    keys = frozenset(out[0])
+                yield rows_to_table(out, name, keys)
 
 
 @dataclass

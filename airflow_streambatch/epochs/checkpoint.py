@@ -2,7 +2,7 @@
 
 Three copies with three jobs:
 
-* the engine's commit records (``<output>/_commits/p<partition>.json``) are the
+* the engine's commit records (``<output>/p<partition>/_commit.json``) are the
   authority: a partition is done iff its record exists, whatever else says;
 * the durable epoch record (``<output>/_epoch.json``, this module) freezes the
   manifest the commits were computed from and summarises every partition, so a
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.commit import CommitRecord
+from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter
 from airflow_streambatch.engine.errors import PartitionFailure
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.epochs.manifest import EpochManifest
@@ -71,6 +71,7 @@ class EpochRecord:
     fingerprint: str
     output_path: str
     status: str = "running"  # "running" | "succeeded" | "failed"
+    reason: str | None = None  # why a run stopped before its partitions were done (interrupted, error)
     partitions: list[PartitionStatus] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     spark_ui_url: str | None = None
@@ -90,7 +91,8 @@ class EpochRecord:
         committed = self.by_state("committed")
         return {
             "interval_start": self.epoch["interval_start"], "interval_end": self.epoch["interval_end"],
-            "fingerprint": self.fingerprint, "status": self.status, "output_path": self.output_path,
+            "fingerprint": self.fingerprint, "status": self.status, "reason": self.reason,
+            "output_path": self.output_path,
             "partitions": len(self.partitions), "committed": len(committed),
             "committed_this_try": sum(p.this_try for p in committed), "failed": len(self.by_state("failed")),
             "rows": sum(p.rows for p in committed), "bytes": sum(p.bytes for p in committed),
@@ -131,9 +133,14 @@ class EpochCheckpoint:
         self.fs.move(tmp, self.path)
 
     def wipe(self) -> None:
-        """Delete every output, commit and record of the epoch (a full recompute)."""
-        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
-            self.fs.delete_dir_contents(self.root)
+        """Delete this epoch's committed partitions, their records, staging and the epoch record (a full
+        recompute). Nothing else under the output path is touched: it may be a root that holds other
+        epochs' directories or files a user put there."""
+        PartitionCommitter(self.output_path, run_id="wipe").wipe()
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        for info in self.fs.get_file_info(selector):
+            if info.type == pafs.FileType.File and info.base_name.startswith(RECORD_NAME):  # with its .tmp files
+                self.fs.delete_file(info.path)
 
     def validate(self, manifest: EpochManifest, full_recompute: bool = False) -> EpochRecord | None:
         """The previous record of this epoch, if its commits may be kept (None after a wipe).
@@ -153,3 +160,18 @@ class EpochCheckpoint:
                 "full_recompute=True on the operator to recompute the whole epoch, or restore the inputs."
             )
         return previous
+
+
+INTERRUPTIONS = {  # by class name: the epochs layer imports nothing from Airflow
+    "AirflowTaskTimeout": "timeout (the task's execution_timeout passed)",
+    "AirflowTaskTerminated": "terminated (SIGTERM: the task was marked failed, cleared or its worker stopped)",
+    "SystemExit": "terminated (the process was asked to exit, e.g. SIGTERM)",
+    "KeyboardInterrupt": "interrupted (SIGINT)",
+}
+
+
+def stop_reason(exc: BaseException) -> str:
+    """Why a run stopped, for the epoch record: an interruption and its kind, or the error."""
+    kind = INTERRUPTIONS.get(type(exc).__name__)
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"interrupted: {kind}: {detail}" if kind else f"error: {detail}"

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import importlib
 import logging
+import posixpath
+import warnings
 from collections.abc import Callable
 
 from airflow_streambatch.engine import read_api
 from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import Dataset
+from airflow_streambatch.engine.errors import PartialResultWarning
+from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.partitions import WriteResult
 from airflow_streambatch.engine.spark_backend import get_spark, ship_user_module
-from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus
+from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus, stop_reason
 from airflow_streambatch.epochs.manifest import EpochManifest
 
 log = logging.getLogger("airflow_streambatch.epochs")
@@ -65,6 +69,17 @@ def read_epoch(manifest: EpochManifest, input_format: str = "parquet") -> Datase
     return READERS[input_format](manifest.paths, override_num_blocks=len(manifest.paths))
 
 
+def check_output_apart(manifest: EpochManifest, output_path: str) -> None:
+    """Refuse an output path that overlaps the epoch's inputs, before anything is read or deleted.
+
+    The manifest holds files, so their directories count as inputs too: output inside
+    the directory the sensor lists would be listed as input by the next try or epoch.
+    """
+    inputs = dict.fromkeys(path for p in manifest.paths for path in (p, posixpath.dirname(p.rstrip("/"))) if path)
+    check_disjoint(list(inputs), output_path,
+                   f"epoch {manifest.interval_start}..{manifest.interval_end}: output_path")
+
+
 def run_epoch(
     manifest: EpochManifest,
     pipeline: str | Pipeline,
@@ -84,8 +99,14 @@ def run_epoch(
     recorded with its error while the others commit (the caller decides whether
     the epoch failed). An epoch whose record says it succeeded runs nothing unless
     ``full_recompute``. ``on_progress`` gets the record after every commit.
+
+    Whatever stops the run (an error, or an interruption: Airflow's execution_timeout,
+    SIGTERM, Ctrl-C) leaves the record saying ``failed`` with the reason, then is
+    re-raised; the engine has by then cancelled its Spark jobs and removed its staging
+    and blocks.
     """
     check_formats(input_format, output_format)
+    check_output_apart(manifest, output_path)
     fn = load_pipeline(pipeline)
     checkpoint = EpochCheckpoint(output_path)
     previous = checkpoint.validate(manifest, full_recompute)
@@ -135,7 +156,14 @@ def run_epoch(
                             f"got {type(ds).__name__}")
         # "resume": commit records decide what is left, so a retry or a Clear runs only what is missing
         write = getattr(ds, f"write_{output_format}")
-        result: WriteResult = write(output_path, mode="resume", on_commit=committed_now)
+        with warnings.catch_warnings():  # failed partitions are the epoch record's to report
+            warnings.simplefilter("ignore", PartialResultWarning)
+            result: WriteResult = write(output_path, mode="resume", on_commit=committed_now)
+    except BaseException as exc:  # noqa: BLE001 - timeouts and SIGTERM too: the record must not say running
+        record.status, record.reason = "failed", stop_reason(exc)
+        log.error("epoch %s..%s stopped: %s", manifest.interval_start, manifest.interval_end, record.reason)
+        checkpoint.save(record)
+        raise
     finally:
         DataContext._set_current(previous_ctx)
 

@@ -7,12 +7,18 @@ formats. The outcome is the durable epoch record the run writes next to the outp
 (``<output>/_epoch.json``), which the operator reads back after spark-submit exits;
 the exit status is non-zero only when the run itself broke (not for failed partitions,
 which the record lists).
+
+SIGTERM (the operator's ``on_kill``, a cluster manager stopping the driver) raises
+`SystemExit` in the driver, so the run stops like any error does: the engine cancels
+its jobs and removes its staging and blocks, and the record says the epoch failed
+because it was terminated, instead of ``running`` forever.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 
 from pyspark.sql import SparkSession
@@ -26,6 +32,10 @@ def spec_for(manifest: EpochManifest, pipeline: str, **options) -> dict:
     return {"manifest": manifest.to_dict(), "pipeline": pipeline, **options}
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(f"received {signal.Signals(signum).name}")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: spark_app.py SPEC.json", file=sys.stderr)
@@ -35,6 +45,7 @@ def main(argv: list[str]) -> int:
         spec = json.load(f)
     # spark-submit passed the master and conf; the engine picks up this active session
     spark = SparkSession.builder.appName(spec.get("app_name", "airflow-streambatch")).getOrCreate()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         record = run_epoch(
             EpochManifest.from_dict(spec["manifest"]), spec["pipeline"], output_path=spec["output_path"],

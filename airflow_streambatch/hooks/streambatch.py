@@ -220,4 +220,5 @@ class StreamBatchHook(BaseHook):
                 json.dump(spec, f)
             hook = SparkSubmitHook(conn_id=self.streambatch_conn_id, conf={}, properties_file=props,
                                    name=self.app_name, application_args=[spec_path], env_vars=env, **submit_kwargs)
+            self.submit_hook = hook  # the operator's on_kill stops the driver through it
             hook.submit(application=os.path.abspath(spark_app.__file__))

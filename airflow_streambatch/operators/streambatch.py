@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -11,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord
+from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, stop_reason
 from airflow_streambatch.epochs.manifest import EpochManifest, list_inputs
-from airflow_streambatch.epochs.runner import check_formats, load_pipeline, run_epoch
+from airflow_streambatch.epochs.runner import check_formats, check_output_apart, load_pipeline, run_epoch
 from airflow_streambatch.epochs.spark_app import spec_for
 from airflow_streambatch.hooks.streambatch import StreamBatchHook
 from airflow_streambatch.operators.links import EpochOutputLink, SparkUILink
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
 
 STATE_KEY = "epoch_progress"  # Task State Store: committed and failed partitions of the epoch
 DEPLOY_MODES = ("in_process", "spark_submit")
+SUBMIT_GRACE_S = 3.0  # on_kill: how long spark-submit's driver gets to record the interruption (Airflow: 5 s)
 
 
 class EpochPartitionsFailed(AirflowException):
@@ -121,9 +125,19 @@ class StreamBatchOperator(BaseOperator):
 
     # -- execution ------------------------------------------------------------------
     def execute(self, context: Context) -> dict:
+        self._executing = True  # on_kill turns a SIGTERM into an exception only while the epoch runs
+        try:
+            return self._execute(context)
+        finally:
+            self._executing = False
+
+    def _execute(self, context: Context) -> dict:
         if isinstance(self.full_recompute, str):  # rendered from a template without native rendering
             self.full_recompute = self.full_recompute.strip().lower() in ("true", "1", "yes")
+        if self.input_path:  # run_epoch checks the manifest's files; the listed directory is an input too
+            check_disjoint([self.input_path], self.output_path, f"{self.task_id}: output_path")
         manifest = self._epoch_manifest(context)
+        check_output_apart(manifest, self.output_path)  # here too: spark-submit's log is not the task's error
         ti = context["ti"]
         ti.xcom_push(key=EpochOutputLink.xcom_key, value=_as_uri(self.output_path))
         store = context.get("task_state_store")
@@ -144,7 +158,12 @@ class StreamBatchOperator(BaseOperator):
                             full_recompute=self.full_recompute, context_overrides=self.data_context,
                             app_name=self.hook.app_name)
             dag_folder = os.path.dirname(os.path.abspath(self.dag.fileloc)) if self.has_dag() else None
-            self.hook.submit_epoch(spec, python_path=[dag_folder] if dag_folder else None)
+            try:
+                self.hook.submit_epoch(spec, python_path=[dag_folder] if dag_folder else None)
+            except BaseException as exc:  # noqa: BLE001 - a timeout or SIGTERM must not leave "running"
+                self._stop_spark_submit()
+                self._record_stopped(manifest, exc)
+                raise
             record = EpochCheckpoint(self.output_path).load()
             if record is None or record.fingerprint != manifest.fingerprint:
                 raise AirflowException(f"spark-submit finished but left no epoch record for this manifest in "
@@ -159,6 +178,75 @@ class StreamBatchOperator(BaseOperator):
         if self.output_asset is not None:
             context["outlet_events"][self.output_asset].extra = record.summary()
         return result
+
+    # -- interruption: execution_timeout, mark failed, a stopped worker -----------------
+    def on_kill(self) -> None:
+        """Cancel the epoch's Spark work; on SIGTERM, also stop ``execute`` with an exception.
+
+        Airflow 3.3's task process calls this from its SIGTERM handler (mark failed,
+        a clear of a running task, a stopped worker; SIGKILL follows 5 s later) and
+        after an execution_timeout's `AirflowTaskTimeout` has left ``execute``. The
+        SIGTERM handler does nothing else, so without an exception here the epoch
+        would run on until SIGKILL, leaving its record saying ``running`` and its
+        staging and blocks behind. Raising `SystemExit` inside ``execute`` makes the
+        engine clean up and the epoch record say why it failed; Airflow treats it as
+        a failure that its retries apply to (a stopped worker's epoch resumes on the
+        retry), while a task marked failed stays failed.
+        """
+        if self.deploy_mode == "spark_submit":
+            self._stop_spark_submit()
+        else:
+            from pyspark import SparkContext
+
+            sc = SparkContext._active_spark_context
+            if sc is not None:
+                sc.cancelAllJobs()
+        if getattr(self, "_executing", False):
+            self._executing = False
+            raise SystemExit(f"task {self.task_id} received SIGTERM while its epoch ran: Spark jobs cancelled")
+
+    def _stop_spark_submit(self) -> None:
+        """Stop this task's spark-submit application so that its driver records why.
+
+        The Python driver (spark-submit's child, running ``spark_app.py``) gets SIGTERM,
+        which ``spark_app`` turns into an exception: the engine cancels its jobs and
+        removes its staging and blocks, the record says the epoch was terminated, and
+        spark-submit exits with it. What is still running after ``SUBMIT_GRACE_S`` is
+        killed; the SparkSubmitHook's ``on_kill`` then stops a cluster-mode driver.
+        """
+        import psutil
+
+        from airflow_streambatch.epochs import spark_app
+
+        app = os.path.abspath(spark_app.__file__)
+        procs = []
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if app in proc.cmdline():
+                    procs.append(proc)
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                if "org.apache.spark.deploy.SparkSubmit" not in proc.cmdline():  # the Python driver, not the JVM
+                    proc.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(procs, timeout=SUBMIT_GRACE_S)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        submit = getattr(self.__dict__.get("hook"), "submit_hook", None)  # the SparkSubmitHook, where exposed
+        if submit is not None:
+            submit.on_kill()
+
+    def _record_stopped(self, manifest: EpochManifest, exc: BaseException) -> None:
+        """Say in the record why the spark-submit run stopped: its driver knows only that it got SIGTERM, or
+        could not record anything (killed, or stopped before its run began)."""
+        checkpoint = EpochCheckpoint(self.output_path)
+        record = checkpoint.load()
+        if record is None or record.fingerprint != manifest.fingerprint:
+            return
+        if record.status == "running" or (record.reason or "").startswith("interrupted: terminated"):
+            driver = record.reason if record.status == "failed" else "did not record its end"
+            record.status, record.reason = "failed", f"{stop_reason(exc)}; the spark-submit driver: {driver}"
+            checkpoint.save(record)
 
     def _epoch_manifest(self, context: Context) -> EpochManifest:
         if isinstance(self.manifest, str):
