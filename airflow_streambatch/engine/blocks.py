@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import stat
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
+
+from airflow_streambatch.engine.owner import OWNER_FILE, left_by_dead_driver, owner_mark
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,6 @@ def read_block(ref: BlockRef) -> pa.Table:
     return table
 
 
-OWNER_FILE = "_driver"
 STREAM_DIR = "streams"  # a run's task output streams (`streams.py`)
 
 
@@ -102,7 +102,7 @@ def create_run_dir(block_dir: str, run_id: str) -> str:
     os.mkdir(os.path.join(run_dir, STREAM_DIR), 0o700)
     fd = os.open(os.path.join(run_dir, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(f"{socket.gethostname()} {os.getpid()}")
+        f.write(owner_mark())
     return run_dir
 
 
@@ -131,7 +131,7 @@ def check_block_dir(block_dir: str) -> None:
 
 
 def _sweep_orphans(block_dir: str) -> None:
-    host, uid = socket.gethostname(), os.geteuid()
+    uid = os.geteuid()
     try:
         entries = os.listdir(block_dir)
     except FileNotFoundError:
@@ -143,21 +143,11 @@ def _sweep_orphans(block_dir: str) -> None:
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
                 continue  # only real directories of this user, never a link to elsewhere
             with open(os.path.join(path, OWNER_FILE)) as f:
-                owner_host, pid = f.read().split()
-        except (OSError, ValueError):
+                mark = f.read()
+        except OSError:
             continue  # not ours, or a materialized dataset's (no owner file): leave it
-        if owner_host == host and not _alive(int(pid)):
+        if left_by_dead_driver(mark):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_block_schema(ref: BlockRef) -> pa.Schema:

@@ -30,20 +30,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import socket
 import time
 from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.owner import OWNER_FILE, left_by_dead_driver, owner_mark
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
 RECORD = "_commit.json"
-OWNER = "_driver"
 _PARTITION_DIR = re.compile(r"^p(\d{5,})(?:-([0-9a-f]+))?$")
 
 
@@ -173,8 +171,8 @@ class PartitionCommitter:
         self._sweep_dead_staging()
         run_staging = f"{self.root}/_staging/{self.run_id}"
         self.fs.create_dir(run_staging, recursive=True)
-        with self.fs.open_output_stream(f"{run_staging}/{OWNER}") as out:
-            out.write(f"{socket.gethostname()} {os.getpid()}".encode())
+        with self.fs.open_output_stream(f"{run_staging}/{OWNER_FILE}") as out:
+            out.write(owner_mark().encode())
 
     def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> CommitRecord:
         """Make the staged files of ``partition`` visible, with their record, in one rename.
@@ -242,25 +240,14 @@ class PartitionCommitter:
 
     def _sweep_dead_staging(self) -> None:
         selector = pafs.FileSelector(f"{self.root}/_staging", allow_not_found=True)
-        host = socket.gethostname()
         for info in self.fs.get_file_info(selector):
             if info.type != pafs.FileType.Directory:
                 continue
             try:
-                with self.fs.open_input_stream(f"{info.path}/{OWNER}") as f:
-                    owner_host, pid = f.read().decode().split()
-            except (OSError, ValueError):
+                with self.fs.open_input_stream(f"{info.path}/{OWNER_FILE}") as f:
+                    mark = f.read().decode()
+            except OSError:
                 continue  # being created right now, or not ours: leave it
-            if owner_host == host and not _alive(int(pid)):
-                log.info("removing staging of dead driver %s under %s", pid, self.path)
+            if left_by_dead_driver(mark):
+                log.info("removing staging of dead driver (%s) under %s", mark, self.path)
                 self.fs.delete_dir(info.path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -31,13 +31,12 @@ from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import PartitionFailure, PartitionsFailedError, StreamBatchError
 from airflow_streambatch.engine.failures import (
     disk_full_error,
-    fit_blocks_to_memory_limit,
     job_failure_message,
     root_cause,
-    stall_report,
     warn_if_block_dir_small,
 )
 from airflow_streambatch.engine.lineage import LineageTable
+from airflow_streambatch.engine.liveness import Liveness, fit_blocks_to_memory_limit
 from airflow_streambatch.engine.op_state import OpState, task_key
 from airflow_streambatch.engine.partitions import PartitionTracker
 from airflow_streambatch.engine.plan import PhysicalOp
@@ -51,7 +50,7 @@ from airflow_streambatch.engine.spark_backend import (
     spark_task_slots,
 )
 from airflow_streambatch.engine.stats import RunStats, progress_line
-from airflow_streambatch.engine.streams import YIELD, StreamWatcher, WatchedTask, stream_name
+from airflow_streambatch.engine.streams import StreamWatcher, WatchedTask, stream_name
 from airflow_streambatch.engine.tasks import OperatorPayload, TaskResult, TaskSpec
 from airflow_streambatch.engine.transforms import WriteFiles
 
@@ -72,7 +71,6 @@ _DONE = object()
 NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
 STALL_S = 1.0  # nothing moved for this long while tasks wait for memory: grant one block anyway
 CANCEL_WAIT_S = 10.0  # how long a stopped run waits for its cancelled Spark jobs before cleaning up
-PREEMPT_AFTER_S = 0.2  # nothing moved for this long while a consumer has no slot: preempt a waiting task
 
 
 @dataclass
@@ -106,7 +104,6 @@ class StreamingExecutor:
         self._delivered: dict[tuple[int, str], set[str]] = {}  # (operator, task key) -> streamed block ids
         self.streams = StreamWatcher(self.run_dir)
         self._last_move = time.monotonic()  # last time a block, a job or a grant moved
-        self._emptying: set[int] = set()  # launches whose waiting tasks are told to yield their slots
         self._over_limit_warned = False
         self.lineage = LineageTable(ops[0].lineage if ops[0].kind == "blocks" else None)
         sink = ops[-1].transforms[-1] if ops[-1].transforms else None
@@ -136,6 +133,7 @@ class StreamingExecutor:
                 self.pool.check_feasible(state.op.compute, state.op.name)
         self._plan_source()
         self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
+        self.liveness = Liveness(self.ctx, self.streams, self.backend, self.policy)
         create_run_dir(self.ctx.block_dir, self.run_id)
         warn_if_block_dir_small(self.ctx)
         if self.committer is not None:
@@ -233,8 +231,8 @@ class StreamingExecutor:
             self._collect(timeout=0.02)
             self._follow_streams()
             self._check_failures()  # commits can fail partitions too (schema mismatch)
-            self._enforce_timeouts()
-            self._check_stalled()
+            self.liveness.enforce_timeouts(self._launches)
+            self.liveness.check_stalled(self.states, self.memory, self._last_move)
             if all(s.done for s in self.states):
                 return
             now = time.monotonic()
@@ -243,7 +241,7 @@ class StreamingExecutor:
                 last_tick = now
             self._advance_barriers()
             self._schedule()
-            self._preempt()
+            self.liveness.preempt(self.states, self._launches, self._last_move)
             if self.ctx.progress_interval_s and now - last_progress >= self.ctx.progress_interval_s:
                 last_progress = now
                 for state in self.states:
@@ -354,7 +352,7 @@ class StreamingExecutor:
         for ids in gpu_ids:
             self.pool.release(state.index, state.op.compute, ids)
         state.running_tasks -= len(specs)
-        self._emptying.discard(outcome.launch_id)
+        self.liveness.job_ended(outcome.launch_id)
         self._last_move = time.monotonic()
         if outcome.error is not None:  # a worker crashed, an executor was lost, or the job timed out
             if len(specs) > 1:  # which task is at fault is unknown: run each alone, charging none a try
@@ -464,61 +462,6 @@ class StreamingExecutor:
         except FileNotFoundError:
             self.lineage.rebuild(ref, self._run_now, lambda path: path in self._path_refs)
             return read_block(ref)
-
-    def _enforce_timeouts(self) -> None:
-        """Cancel Spark jobs whose tasks ran past ``task_timeout_s`` (Spark kills their
-        Python workers); their outcome comes back as a failed job and is retried."""
-        now = time.monotonic()
-        for launch_id, launch in self._launches.items():
-            if not launch.timed_out and now > launch.deadline:
-                launch.timed_out = True
-                log.warning("%s: tasks %s ran past DataContext.task_timeout_s=%ss; cancelling their Spark job",
-                            launch.state.op.name, [s.task_key for s in launch.specs], self.ctx.task_timeout_s)
-                self.backend.cancel_launch(launch_id)
-
-    def _preempt(self) -> None:
-        """Give a slot to a consumer that has input but none to run it on, while tasks
-        upstream of it hold slots waiting for memory that only the consumer can free.
-
-        The Spark job of the most upstream waiting task is emptied: each of its tasks
-        that waits is told to yield (`streams.YIELD`), stops, and runs again later,
-        skipping the blocks it delivered; tasks queued behind them do not start. Slots
-        come back when the job ends, so the whole job must end, not one task of it.
-        One job at a time, and only after nothing moved for ``PREEMPT_AFTER_S``."""
-        waiting = self.streams.waiting()
-        for task in waiting:
-            if _launch_of(task) in self._emptying:
-                self._yield(task)
-        if self._emptying or time.monotonic() - self._last_move < PREEMPT_AFTER_S:
-            return
-        for state in reversed(self.states):
-            if not (state.op.runs_tasks and state.running_tasks == 0 and state.has_input()
-                    and state.usable_slots() == 0 and self.policy.has_output_space(state)):
-                continue
-            victims = [task for task in waiting if task.op_index < state.index]
-            if victims:
-                launch_id = _launch_of(min(victims, key=lambda task: task.op_index))
-                log.info("%s waits for a slot that tasks waiting for memory hold; preempting Spark job %d of %s",
-                         state.op.name, launch_id, self._launches[launch_id].state.op.name)
-                self._emptying.add(launch_id)
-                for task in waiting:
-                    if _launch_of(task) == launch_id:
-                        self._yield(task)
-                return
-
-    def _yield(self, task: WatchedTask) -> None:
-        self.streams.grant(task, YIELD)
-        task.yielding = True
-
-    def _check_stalled(self) -> None:
-        """Fail loudly, never hang: tasks have waited for memory and nothing moved for
-        ``stall_timeout_s``. Output waiting for the caller (a paused ``iter_batches``)
-        is the caller's pace, not a stall."""
-        waiting = self.streams.waiting()
-        if (not waiting or self.states[-1].buffered_output_bytes
-                or time.monotonic() - self._last_move < self.ctx.stall_timeout_s):
-            return
-        raise StreamBatchError(stall_report(self.ctx, self.states, self.memory, waiting))
 
     # -- streamed blocks and memory grants -----------------------------------------
     def _follow_streams(self, grant: bool = True) -> None:
@@ -685,11 +628,6 @@ class StreamingExecutor:
     # -- cleanup ----------------------------------------------------------------
     def cleanup(self) -> None:
         shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def _launch_of(task: WatchedTask) -> int:
-    """The launch (Spark job) a watched task runs in: the last part of its stream name."""
-    return int(task.name.rsplit("-", 1)[1])
 
 
 def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> list[list[BlockRef]]:

@@ -73,37 +73,6 @@ def warn_if_block_dir_small(ctx: DataContext) -> None:
                     ctx.block_dir, human_bytes(free), human_bytes(ctx.memory_limit))
 
 
-def fit_blocks_to_memory_limit(ctx: DataContext) -> None:
-    """A limit smaller than two blocks can only run by writing past it (a block is
-    written while the one before it waits for its consumer): cut smaller blocks for
-    this run (``ctx`` is the run's copy) and say so, rather than stall."""
-    blocks = 2
-    if ctx.memory_limit >= blocks * ctx.target_max_block_size:
-        return
-    target = max(1, ctx.memory_limit // blocks)
-    log.warning("DataContext.memory_limit (%s) holds fewer than %d blocks of DataContext.target_max_block_size "
-                "(%s): this run cuts blocks of %s. Set target_max_block_size to at most half of "
-                "memory_limit to choose it yourself.", human_bytes(ctx.memory_limit), blocks,
-                human_bytes(ctx.target_max_block_size), human_bytes(target))
-    ctx.target_max_block_size = target
-    ctx.target_min_block_size = min(ctx.target_min_block_size, target)
-
-
-def stall_report(ctx: DataContext, states, memory, waiting) -> str:
-    """What the run is stuck on, for the error that ends a stall instead of a hang."""
-    lines = [f"no progress for {ctx.stall_timeout_s:.0f} s (DataContext.stall_timeout_s) while tasks wait for memory "
-             f"under DataContext.memory_limit={human_bytes(ctx.memory_limit)}: {human_bytes(memory.used)} of blocks "
-             f"held, {human_bytes(memory.reserved)} reserved by running tasks."]
-    for state in states:
-        lines.append(f"  {state.op.name}: {state.running_tasks} running, {len(state.inputs)} block(s) queued, "
-                     f"{human_bytes(state.buffered_output_bytes)} of output buffered")
-    for task in waiting:
-        lines.append(f"  task {task.task_key} of {states[task.op_index].op.name} waits to write its block "
-                     f"{task.waiting_for} (granted {task.granted}, wrote {human_bytes(task.written)})")
-    lines.append("Raise memory_limit, or lower target_max_block_size so that more blocks fit.")
-    return "\n".join(lines)
-
-
 def _free_bytes(path: str) -> int:
     while path and not os.path.exists(path):
         path = os.path.dirname(path)
