@@ -125,7 +125,7 @@ class StreamingExecutor:
         fit_blocks_to_memory_limit(self.ctx)
         self.memory = MemoryState(self.ctx.memory_limit)
         self.policy = make_policy(self.ctx.scheduling_policy, self.memory)
-        self.states = [OpState(i, op, self.ctx, self.pool, self.memory) for i, op in enumerate(self.ops)]
+        self.states = [OpState(i, op, self.ctx, self.pool) for i, op in enumerate(self.ops)]
         for state in self.states:
             state.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
             state.downstream = [d for d in self.states[state.index + 1:] if d.op.runs_tasks]

@@ -18,7 +18,7 @@ from airflow_streambatch.engine.blocks import BlockRef
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.plan import PhysicalOp
 from airflow_streambatch.engine.resources import TASK_SLOTS, ResourcePool
-from airflow_streambatch.engine.scheduler import Estimates, MemoryState
+from airflow_streambatch.engine.scheduler import Estimates
 from airflow_streambatch.engine.spark_backend import GroupSizer
 from airflow_streambatch.engine.stats import OpStats
 from airflow_streambatch.engine.tasks import TaskSpec
@@ -28,12 +28,11 @@ from airflow_streambatch.engine.transforms import MapBatches
 class OpState:
     """Driver-side state of one physical operator (implements the policy's `OpView`)."""
 
-    def __init__(self, index: int, op: PhysicalOp, ctx: DataContext, pool: ResourcePool, memory: MemoryState):
+    def __init__(self, index: int, op: PhysicalOp, ctx: DataContext, pool: ResourcePool):
         self.index = index
         self.op = op
         self.is_source = index == 0
         self.pool = pool
-        self.memory = memory
         self.ctx = ctx
         self.inputs: deque[BlockRef] = deque()
         self.retry_specs: deque[TaskSpec] = deque()  # failed tasks to run again, first
