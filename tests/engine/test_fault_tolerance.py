@@ -39,7 +39,8 @@ def test_failed_partitions_are_isolated_named_and_retried_alone_on_rerun(ctx, tm
     ctx.max_failed_partitions = 2
     out = tmp_path / "out"
     ds = sb.range(100, override_num_blocks=10)  # partition p holds ids 10p .. 10p+9
-    result = ds.map_batches(FailOn, fn_constructor_args=({25, 71},)).write_parquet(str(out), mode="resume")
+    with pytest.warns(sb.PartialResultWarning, match="2 input partition"):
+        result = ds.map_batches(FailOn, fn_constructor_args=({25, 71},)).write_parquet(str(out), mode="resume")
     assert sorted(f.partition for f in result.failed) == [2, 7]
     assert all("poisoned row" in f.error and f.operator.startswith("ReadRange") for f in result.failed)
     assert sorted(result.committed) == [0, 1, 3, 4, 5, 6, 8, 9]

@@ -49,7 +49,9 @@ def test_a_partition_failing_in_an_unfused_operator_is_never_committed(ctx, tmp_
     out = tmp_path / "out"
     ds = sb.range(40, override_num_blocks=4)  # partition p holds ids 10p .. 10p+9
     # concurrency= makes the failing step its own operator: its inputs are released when it fails
-    result = ds.map_batches(FailOn, fn_constructor_args=({15},), concurrency=1).write_parquet(str(out), mode="resume")
+    with pytest.warns(sb.PartialResultWarning):
+        result = ds.map_batches(FailOn, fn_constructor_args=({15},), concurrency=1).write_parquet(
+            str(out), mode="resume")
     assert [f.partition for f in result.failed] == [1] and sorted(result.committed) == [0, 2, 3]
     assert not (out / "p00001").exists()
     rerun = ds.map_batches(FailOn, fn_constructor_args=(set(),), concurrency=1).write_parquet(str(out), mode="resume")
@@ -68,7 +70,9 @@ def test_a_crashing_worker_fails_only_its_own_partition(ctx, tmp_path):
 
     ctx.max_failed_partitions = 24
     out = tmp_path / "out"
-    result = sb.range(240, override_num_blocks=24).map_batches(partial(_crash_on, poison=55)).write_parquet(str(out))
+    with pytest.warns(sb.PartialResultWarning):
+        result = sb.range(240, override_num_blocks=24).map_batches(partial(_crash_on, poison=55)).write_parquet(
+            str(out))
     assert [f.partition for f in result.failed] == [5]  # tasks that shared its Spark jobs were rerun, not failed
     error = result.failed[0].error
     assert "Python worker exited unexpectedly" in error and "partition(s) 5" in error and "_crash_on" in error
@@ -229,7 +233,8 @@ def test_a_hung_task_is_killed_after_task_timeout_and_retried(ctx, tmp_path):
     ctx.max_failed_partitions = 1
     ctx.max_task_retries = 0
     forever = sb.range(40, override_num_blocks=4).map_batches(partial(_hang_on, poison=25, marker_dir=None))
-    result = forever.write_parquet(str(tmp_path / "out"))
+    with pytest.warns(sb.PartialResultWarning):
+        result = forever.write_parquet(str(tmp_path / "out"))
     assert [f.partition for f in result.failed] == [2]
     assert "DataContext.task_timeout_s=3" in result.failed[0].error
 
