@@ -95,8 +95,9 @@ def run(dag_id: str, root: str, hour: datetime, airflow_home: str, dags_folder: 
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
     started = time.monotonic()
     log_path = os.path.join(airflow_home, f"{dag_id}-{hour:%Y%m%dT%H}.log")
+    run_at = (hour + timedelta(hours=1)).isoformat()  # the example DAG's run at hour+1h covers `hour`
     with open(log_path, "w") as log, subprocess.Popen(
-            [airflow, "dags", "test", dag_id, hour.isoformat()], env=env, stdout=subprocess.PIPE,
+            [airflow, "dags", "test", dag_id, run_at], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:
             log.write(line)

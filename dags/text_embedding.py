@@ -1,5 +1,9 @@
 """Recurring batch inference: embed each hour's new text as it lands, one epoch per hour.
 
+Each run covers the hour that just ended: ``CronDataIntervalTimetable`` gives the run
+started at 10:00 the data interval 09:00..10:00 (``schedule="@hourly"`` would give
+10:00..10:00 in Airflow 3), and the paths come from ``data_interval_start``, zero-padded.
+
 Input: ``$STREAMBATCH_DEMO_ROOT/in/<YYYY-MM-DD>/<HH>/*.parquet`` (columns ``id``, ``text``),
 complete when its producer writes ``_SUCCESS`` there. Output:
 ``$STREAMBATCH_DEMO_ROOT/embeddings/<YYYY-MM-DD>/<HH>/``, one committed directory per
@@ -21,14 +25,15 @@ import os
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 
 from airflow_streambatch.operators.streambatch import StreamBatchOperator
 from airflow_streambatch.sensors.epoch import EpochSensor
 
 ROOT = os.environ.get("STREAMBATCH_DEMO_ROOT", os.path.expanduser("~/streambatch-demo"))
 SPARK_CONN = os.environ.get("STREAMBATCH_SPARK_CONN") or None
-HOUR = "{{ data_interval_start.strftime('%Y-%m-%d') }}/{{ data_interval_start.strftime('%H') }}"
+# the hour that ended, as `python -m airflow_streambatch.demo generate` writes it: 2026-11-22/09
+HOUR = "{{ data_interval_start.strftime('%Y-%m-%d/%H') }}"
 EMBEDDINGS = Asset(f"file://{ROOT}/embeddings")
 
 
@@ -36,7 +41,7 @@ def text_embedding_dag(dag_id: str, pipeline: str, pipeline_kwargs: dict, descri
     with DAG(
         dag_id,
         description=description,
-        schedule="@hourly",
+        schedule=CronDataIntervalTimetable("0 * * * *", timezone="Europe/Amsterdam"),  # runs cover the hour that ended
         start_date=pendulum.datetime(2026, 11, 1, tz="Europe/Amsterdam"),
         catchup=False,
         max_active_runs=2,

@@ -18,16 +18,19 @@ def human_bytes(n: float) -> str:
 class OpStats:
     name: str
     tasks_launched: int = 0
-    tasks_done: int = 0
+    tasks_done: int = 0  # distinct tasks that succeeded (a task key counts once, however often it ran)
+    tasks_rerun: int = 0  # successful runs of a task that had already succeeded (its output counted once)
     blocks_out: int = 0
-    rows_out: int = 0
+    rows_out: int = 0  # rows of output blocks; for a writer (fused operators included), rows of its files
     bytes_out: int = 0
+    files_out: int = 0  # files a writer staged
     work_s: float = 0.0
     peak_buffered_bytes: int = 0
     first_launch: float | None = None
     last_finish: float | None = None
     scheduling_overhead_s: float = 0.0
     overhead_per_task_s: float = 0.0
+    _done_keys: set = field(default_factory=set, repr=False)
 
     def launched(self, n: int) -> None:
         self.tasks_launched += n
@@ -35,12 +38,21 @@ class OpStats:
             self.first_launch = time.monotonic()
 
     def task_done(self, result) -> None:
+        """A task succeeded. A writer emits files, not blocks: its rows and bytes are its staged files'."""
+        self.work_s += result.work_s
+        self.last_finish = time.monotonic()
+        if result.task_key in self._done_keys:
+            self.tasks_rerun += 1
+            return
+        self._done_keys.add(result.task_key)
         self.tasks_done += 1
         self.blocks_out += len(result.blocks)
         self.rows_out += sum(ref.num_rows for ref in result.blocks)
         self.bytes_out += result.output_bytes
-        self.work_s += result.work_s
-        self.last_finish = time.monotonic()
+        files = getattr(result, "files", None) or []
+        self.files_out += len(files)
+        self.rows_out += sum(f.rows for f in files)
+        self.bytes_out += sum(f.bytes for f in files)
 
     def buffered(self, nbytes: int) -> None:
         self.peak_buffered_bytes = max(self.peak_buffered_bytes, nbytes)

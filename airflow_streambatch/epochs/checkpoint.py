@@ -145,17 +145,21 @@ class EpochCheckpoint:
     def validate(self, manifest: EpochManifest, full_recompute: bool = False) -> EpochRecord | None:
         """The previous record of this epoch, if its commits may be kept (None after a wipe).
 
-        Raises `EpochChangedError` when partitions were committed from different inputs.
+        Raises `EpochChangedError` when partitions were committed from different inputs. The interval
+        bounds do not count: a manual run of an epoch that already ran over the same inputs keeps its commits.
         """
         previous = self.load()
         if full_recompute:
             self.wipe()
             return None
-        if previous is not None and previous.fingerprint != manifest.fingerprint:
+        # recomputed from the frozen manifest, so records written before the fingerprint covered the inputs
+        # only (it used to cover the interval bounds too) are compared by their inputs as well
+        before = EpochManifest.from_dict(previous.epoch).fingerprint if previous is not None else None
+        if previous is not None and before != manifest.fingerprint:
             done = len(previous.by_state("committed"))
             raise EpochChangedError(
                 f"{self.output_path} holds {done} partition(s) committed from epoch inputs with fingerprint "
-                f"{previous.fingerprint}, but this run's manifest has fingerprint {manifest.fingerprint} (files were "
+                f"{before}, but this run's manifest has fingerprint {manifest.fingerprint} (files were "
                 "added, removed or rewritten since). Mixing both would duplicate or lose rows: set "
                 "full_recompute=True on the operator to recompute the whole epoch, or restore the inputs."
             )

@@ -55,8 +55,14 @@ class EpochManifest:
 
     @property
     def fingerprint(self) -> str:
-        """Changes when any input file is added, removed, resized or rewritten."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        """Changes when any input file is added, removed, resized or rewritten; nothing else.
+
+        The interval bounds are not part of it: the same inputs are the same epoch content,
+        so a manual trigger of an hour that already ran (Airflow may give it other bounds)
+        finds its commits valid and reruns nothing, and only changed inputs are refused.
+        """
+        partitions = [asdict(p) for p in self.partitions]
+        return hashlib.sha256(json.dumps(partitions, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
     def paths(self) -> list[str]:

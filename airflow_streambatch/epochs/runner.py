@@ -9,8 +9,10 @@ and says what happened, and nothing runs on Spark for a committed partition.
 from __future__ import annotations
 
 import importlib
+import contextlib
 import logging
 import posixpath
+import time
 import warnings
 from collections.abc import Callable
 
@@ -37,6 +39,7 @@ READERS = {
 WRITERS = ("parquet", "json", "csv")
 
 Pipeline = Callable[..., Dataset]
+SAVE_INTERVAL_S = 2.0  # the durable record during a run: at most this often (always at its end and on failure)
 
 
 def load_pipeline(spec: str | Pipeline) -> Pipeline:
@@ -98,7 +101,11 @@ def run_epoch(
     Partitions committed by an earlier run are skipped; a failing partition is
     recorded with its error while the others commit (the caller decides whether
     the epoch failed). An epoch whose record says it succeeded runs nothing unless
-    ``full_recompute``. ``on_progress`` gets the record after every commit.
+    ``full_recompute``. Each commit logs "k of N partitions committed"; the durable
+    record and ``on_progress`` (which gets the record) follow the commits at most every
+    ``SAVE_INTERVAL_S`` seconds, so a commit costs O(1) however many partitions the
+    epoch has, and always at the end and when the run stops (the commit records, not
+    this record, decide what a retry reruns).
 
     Whatever stops the run (an error, or an interruption: Airflow's execution_timeout,
     SIGTERM, Ctrl-C) leaves the record saying ``failed`` with the reason, then is
@@ -136,11 +143,24 @@ def run_epoch(
     log.info("epoch %s..%s: %d partitions, %d committed by earlier tries, running the rest into %s",
              manifest.interval_start, manifest.interval_end, len(manifest.partitions), len(committed), output_path)
 
-    def committed_now(rec: CommitRecord) -> None:
-        record.partitions[rec.partition] = PartitionStatus.committed(rec.partition, rec, this_try=True)
+    total = len(manifest.partitions)
+    progress = {"committed": sum(p.state == "committed" for p in record.partitions), "saved": time.monotonic()}
+
+    def publish() -> None:
         checkpoint.save(record)
         if on_progress is not None:
             on_progress(record)
+        progress["saved"] = time.monotonic()
+
+    def committed_now(rec: CommitRecord) -> None:
+        if record.partitions[rec.partition].state != "committed":
+            progress["committed"] += 1
+        record.partitions[rec.partition] = PartitionStatus.committed(rec.partition, rec, this_try=True)
+        log.info("epoch %s..%s: %d of %d partitions committed (partition %d, %s: %d rows, %d bytes)",
+                 manifest.interval_start, manifest.interval_end, progress["committed"], total, rec.partition,
+                 rec.label, rec.rows, rec.bytes)
+        if time.monotonic() - progress["saved"] >= SAVE_INTERVAL_S:
+            publish()
 
     ctx = DataContext.get_current().copy()
     for name, value in (context_overrides or {}).items():
@@ -163,6 +183,9 @@ def run_epoch(
         record.status, record.reason = "failed", stop_reason(exc)
         log.error("epoch %s..%s stopped: %s", manifest.interval_start, manifest.interval_end, record.reason)
         checkpoint.save(record)
+        if on_progress is not None:
+            with contextlib.suppress(Exception):  # the task state store is for the UI: never mask the cause
+                on_progress(record)
         raise
     finally:
         DataContext._set_current(previous_ctx)
@@ -184,8 +207,9 @@ def _metrics(ds: Dataset) -> dict:
         "peak_buffered_bytes": stats.peak_memory_bytes,
         "spark_jobs": len(stats.launch_log),
         "operators": [
-            {"name": op.name, "tasks": op.tasks_done, "rows": op.rows_out, "bytes": op.bytes_out,
-             "wall_s": round(op.wall_s, 3), "task_s": round(op.work_s, 3)}
+            {"name": op.name, "tasks": op.tasks_done, "tasks_rerun": op.tasks_rerun, "rows": op.rows_out,
+             "bytes": op.bytes_out, "files": op.files_out, "wall_s": round(op.wall_s, 3),
+             "task_s": round(op.work_s, 3)}
             for op in stats.ops
         ],
     }

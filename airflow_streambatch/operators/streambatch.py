@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 STATE_KEY = "epoch_progress"  # Task State Store: committed and failed partitions of the epoch
 DEPLOY_MODES = ("in_process", "spark_submit")
+ERROR_CHARS = 500  # per failed partition in the Task State Store (the epoch record keeps the whole error)
 SUBMIT_GRACE_S = 3.0  # on_kill: how long spark-submit's driver gets to record the interruption (Airflow: 5 s)
 
 
@@ -165,7 +166,7 @@ class StreamBatchOperator(BaseOperator):
                 self._record_stopped(manifest, exc)
                 raise
             record = EpochCheckpoint(self.output_path).load()
-            if record is None or record.fingerprint != manifest.fingerprint:
+            if record is None or EpochManifest.from_dict(record.epoch).fingerprint != manifest.fingerprint:
                 raise AirflowException(f"spark-submit finished but left no epoch record for this manifest in "
                                        f"{self.output_path}/_epoch.json; see the spark-submit log above")
 
@@ -241,7 +242,7 @@ class StreamBatchOperator(BaseOperator):
         could not record anything (killed, or stopped before its run began)."""
         checkpoint = EpochCheckpoint(self.output_path)
         record = checkpoint.load()
-        if record is None or record.fingerprint != manifest.fingerprint:
+        if record is None or EpochManifest.from_dict(record.epoch).fingerprint != manifest.fingerprint:
             return
         if record.status == "running" or (record.reason or "").startswith("interrupted: terminated"):
             driver = record.reason if record.status == "failed" else "did not record its end"
@@ -263,14 +264,22 @@ class StreamBatchOperator(BaseOperator):
 
     # -- progress: the task state store mirrors the commit records ----------------------
     @staticmethod
-    def _save_progress(store, record: EpochRecord) -> None:
+    def progress_summary(record: EpochRecord) -> dict:
+        """What the Task State Store keeps: counts, and only the failed partitions by index (with their
+        errors, cut short), so its size does not grow with the epoch's partitions."""
+        s = record.summary()
+        return {
+            "fingerprint": record.fingerprint, "tries": record.tries, "status": record.status,
+            "reason": record.reason, "partitions": s["partitions"], "committed": s["committed"],
+            "committed_this_try": s["committed_this_try"], "rows": s["rows"], "bytes": s["bytes"],
+            "failed": {str(p.index): (p.error or "")[:ERROR_CHARS] for p in record.by_state("failed")},
+        }
+
+    @classmethod
+    def _save_progress(cls, store, record: EpochRecord) -> None:
         if store is None:
             return
-        store.set(STATE_KEY, {
-            "fingerprint": record.fingerprint, "tries": record.tries, "status": record.status,
-            "committed": [p.index for p in record.by_state("committed")],
-            "failed": {str(p.index): p.error for p in record.by_state("failed")},
-        })
+        store.set(STATE_KEY, cls.progress_summary(record))
 
     def _log_earlier_progress(self, store, manifest: EpochManifest) -> None:
         earlier = store.get(STATE_KEY) if store is not None else None
@@ -278,10 +287,12 @@ class StreamBatchOperator(BaseOperator):
             self.log.info("Epoch %s..%s: %d input partition(s), manifest %s", manifest.interval_start,
                           manifest.interval_end, len(manifest.partitions), manifest.fingerprint)
             return
+        committed = earlier.get("committed", 0)  # a count; a list of indexes in records of older versions
         self.log.info("Epoch %s..%s: the task state store holds try %s (%s): %d partition(s) committed, %d failed; "
                       "the commit records under %s decide what reruns", manifest.interval_start,
                       manifest.interval_end, earlier.get("tries"), earlier.get("status"),
-                      len(earlier.get("committed", [])), len(earlier.get("failed", {})), self.output_path)
+                      committed if isinstance(committed, int) else len(committed), len(earlier.get("failed", {})),
+                      self.output_path)
 
     def _log_outcome(self, record: EpochRecord) -> None:
         s = record.summary()
@@ -290,5 +301,8 @@ class StreamBatchOperator(BaseOperator):
                       s["committed_this_try"], s["failed"], s["rows"], s["bytes"], s["output_path"])
         for op in record.metrics.get("operators", []):
             rate = op["rows"] / op["wall_s"] if op["wall_s"] else 0.0
-            self.log.info("  %s: %d task(s), %d rows, %.1f s wall, %.1f s in tasks, %.0f rows/s", op["name"],
-                          op["tasks"], op["rows"], op["wall_s"], op["task_s"], rate)
+            files = f", {op['files']} file(s)" if op.get("files") else ""
+            rerun = f" (+{op['tasks_rerun']} rerun)" if op.get("tasks_rerun") else ""
+            self.log.info("  %s: %d task(s)%s, %d rows, %d bytes%s, %.1f s wall, %.1f s in tasks, %.0f rows/s",
+                          op["name"], op["tasks"], rerun, op["rows"], op.get("bytes", 0), files, op["wall_s"],
+                          op["task_s"], rate)

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_streambatch.epochs.frontier import FRONTIERS, make_frontier
 from airflow_streambatch.epochs.sensing import check_epoch
@@ -32,6 +32,30 @@ def epoch_interval(context: Context) -> tuple[str, str]:
     return start.isoformat(), end.isoformat()
 
 
+INTERVAL_TIMETABLES = ('CronDataIntervalTimetable("0 * * * *", timezone=...) or '
+                       'CronTriggerTimetable("0 * * * *", timezone=..., interval=timedelta(hours=1)) '
+                       '(both in airflow.sdk)')
+
+
+def zero_length_interval_message(context: Context, task_id: str, frontier: str) -> str | None:
+    """Why an empty data interval is a problem for this sensor, or None when the run has a real interval.
+
+    Airflow 3 turns ``schedule="@hourly"`` (and any cron string) into a `CronTriggerTimetable`
+    whose runs are instants: data_interval_start == data_interval_end == the run's time,
+    so the period a run should process is not what Airflow calls its interval.
+    """
+    start, end = epoch_interval(context)
+    if start != end:
+        return None
+    dag = context.get("dag")
+    timetable = type(getattr(dag, "timetable", None)).__name__ if dag is not None else "unknown"
+    return (f"EpochSensor {task_id} (frontier={frontier!r}): the run's data interval {start}..{end} has zero length "
+            f"(the DAG's timetable is {timetable}; a cron schedule string such as '@hourly' gives each run a single "
+            "instant in Airflow 3), so the epoch covers no period. Schedule the DAG with "
+            f"{INTERVAL_TIMETABLES}, so that each run's interval is the period that just ended, and build paths "
+            "from it, e.g. {{ data_interval_start.strftime('%Y-%m-%d/%H') }}.")
+
+
 class EpochSensor(BaseSensorOperator):
     """Waits until the input frontier has passed the data interval's end; returns the epoch manifest.
 
@@ -45,7 +69,9 @@ class EpochSensor(BaseSensorOperator):
         ``directory`` (the partition directory exists with files), or ``quiescence``
         (the listing stayed unchanged for ``quiet_period``).
     :param marker_path: the marker file (templated); default ``<input_path>/_SUCCESS``.
-    :param watermark_path: the watermark file (templated), for ``frontier="watermark"``.
+    :param watermark_path: the watermark file (templated), for ``frontier="watermark"``. The watermark
+        frontier needs a run with a real data interval (e.g. ``CronDataIntervalTimetable``): it refuses
+        a zero-length one, such as ``schedule="@hourly"`` gives; the other frontiers warn.
     :param quiet_period: seconds (or a timedelta) without change, for ``frontier="quiescence"``.
     :param deferrable: wait in the triggerer (`EpochTrigger`) instead of holding a worker slot.
     """
@@ -92,6 +118,12 @@ class EpochSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=manifest.to_dict())
 
     def execute(self, context: Context) -> Any:
+        problem = zero_length_interval_message(context, self.task_id, self.frontier)
+        if problem is not None and self.frontier == "watermark":  # "at or past the end" of an instant: meaningless
+            raise AirflowFailException(problem)
+        if problem is not None:
+            self.log.warning("%s The %s frontier still works, but the epoch is then whatever the inputs hold.",
+                             problem, self.frontier)
         if not self.deferrable:
             return super().execute(context)
         first = self.poke(context)

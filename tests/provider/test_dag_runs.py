@@ -88,7 +88,8 @@ def test_a_failed_partition_fails_the_task_and_a_clear_reruns_only_it(ctx, airfl
     assert "scorer rejects partition(s) [1]" in record["partitions"][1]["error"]
     assert set(_runs(tmp_path)) == {0, 1, 2, 3}
     state = _task_state("sb_epoch", "score")["epoch_progress"]
-    assert state["committed"] == [0, 2] and sorted(state["failed"]) == ["1", "3"] and state["status"] == "failed"
+    assert state["committed"] == 2 and sorted(state["failed"]) == ["1", "3"] and state["status"] == "failed"
+    assert state["partitions"] == 4 and state["rows"] == 200
     assert len(_asset_events(SCORES.uri)) == events_before  # a failed epoch emits no asset event
 
     (tmp_path / "fail").unlink()
@@ -98,7 +99,7 @@ def test_a_failed_partition_fails_the_task_and_a_clear_reruns_only_it(ctx, airfl
     record = _record(tmp_path)
     assert record["status"] == "succeeded" and record["tries"] == 2
     assert [p["this_try"] for p in record["partitions"]] == [False, True, False, True]
-    assert _task_state("sb_epoch", "score")["epoch_progress"]["committed"] == [0, 1, 2, 3]
+    assert _task_state("sb_epoch", "score")["epoch_progress"]["committed"] == 4
     event = _asset_events(SCORES.uri)[-1]
     assert event["committed"] == 4 and event["rows"] == 400 and event["output_path"].endswith("out/2026-11-22")
 
