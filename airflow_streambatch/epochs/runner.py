@@ -8,8 +8,8 @@ and says what happened, and nothing runs on Spark for a committed partition.
 
 from __future__ import annotations
 
-import importlib
 import contextlib
+import importlib
 import logging
 import posixpath
 import time
