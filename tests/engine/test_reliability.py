@@ -159,9 +159,11 @@ def test_a_killed_driver_leaves_only_whole_partitions_and_its_leftovers_are_swep
     deadline = time.time() + 120
     while time.time() < deadline and len(list(out.glob("p*/_commit.json"))) < 3:
         time.sleep(0.05)
-    subprocess.run(["pkill", "-9", "-P", str(proc.pid)])  # the JVM and Python workers with it
-    proc.kill()
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    proc.kill()  # the driver first: killing its JVM first would give it time to clean up
     proc.wait()
+    for pid in children:  # then its JVM (and with it the Python workers)
+        subprocess.run(["kill", "-9", pid])
     assert len(list(out.glob("p*/_commit.json"))) >= 3, "the writer never committed"
     # what a plain reader sees is exactly what the records say is committed
     records = [json.loads(p.read_text()) for p in out.glob("p*/_commit.json")]

@@ -109,6 +109,10 @@ def test_tasks_run_in_turn_in_one_spark_job_each_hand_over_their_block_when_they
     ctx.scheduling_policy = "conservative"
     ctx.memory_limit = 12 * MiB  # three tasks' blocks
     ctx.target_max_block_size = 4 * MiB
+    # fewer read slots than the tasks memory allows, and grouping even when a job's overhead
+    # is small: several tasks in turn per Spark partition is the case under test
+    ctx.resources = {"CPU": 2}
+    ctx.scheduling_overhead_bound = 0.01
     log_dir = tmp_path / "log"
     log_dir.mkdir()
     ds = _pipeline(log_dir, inputs=16, frames=4, open_s=1.2)  # the stall guard waits 1 s
