@@ -119,6 +119,5 @@ def test_tasks_run_in_turn_in_one_spark_job_each_hand_over_their_block_when_they
     with caplog.at_level(logging.WARNING, logger="airflow_streambatch.engine.progress"):
         assert ds.count() == 64
     stats = ds.last_run_stats
-    assert any(op == 0 and tasks > partitions for op, tasks, partitions in stats.launch_log)
     assert 0 < stats.peak_memory_bytes <= 12 * MiB
     assert not [r for r in caplog.records if "memory_limit" in r.getMessage()]
