@@ -24,6 +24,19 @@ def first_time(marker_dir: str, key: str) -> bool:
         return False
 
 
+class FailOn:
+    """Raises on the given ids: always, or only on the first attempt."""
+
+    def __init__(self, ids, marker_dir=None):
+        self.ids, self.marker_dir = set(ids), marker_dir
+
+    def __call__(self, batch):
+        for i in batch["id"].to_pylist():
+            if i in self.ids and (self.marker_dir is None or first_time(self.marker_dir, str(i))):
+                raise ValueError(f"poisoned row {i}")
+        return batch
+
+
 class Work:
     def __init__(self, mode: str, markers: str, sleep_s: float):
         self.kind, _, ids = mode.partition(":")

@@ -15,20 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as sb
-from cluster_job import first_time
+from cluster_job import FailOn, first_time
 
 
-class FailOn:
-    """Raises on the given ids: always, or only on the first attempt."""
-
-    def __init__(self, ids, marker_dir=None):
-        self.ids, self.marker_dir = set(ids), marker_dir
-
-    def __call__(self, batch):
-        for i in batch["id"].to_pylist():
-            if i in self.ids and (self.marker_dir is None or first_time(self.marker_dir, str(i))):
-                raise ValueError(f"poisoned row {i}")
-        return batch
 
 
 def _ids(path) -> list[int]:

@@ -48,6 +48,14 @@ def score(ds, epoch, *, runs_dir: str, fail_flag: str | None = None, fail_partit
                                   driver_pid=os.getpid()))
 
 
+def take_partitions_run(runs_dir) -> list[int]:
+    """Partitions processed since the last call, and forget them (each test step sees its own)."""
+    seen = partitions_run(runs_dir)
+    for name in os.listdir(runs_dir):
+        os.remove(os.path.join(runs_dir, name))
+    return seen
+
+
 def partitions_run(runs_dir: str, by_driver: bool = False):
     """Every partition some map task processed, with repeats, sorted (per driver pid if ``by_driver``)."""
     seen: dict[int, list[int]] = {}

@@ -16,7 +16,7 @@ import time
 
 import pendulum
 import pyarrow.parquet as pq
-from pipelines import partitions_run, write_inputs
+from pipelines import partitions_run, take_partitions_run, write_inputs
 
 LOGICAL = pendulum.datetime(2026, 11, 22, 10, tz="UTC")
 
@@ -47,10 +47,7 @@ def _epoch(root, partitions=4, marker=True):
 
 def _runs(root) -> list[int]:
     """Partitions processed since the last call (and forget them)."""
-    seen = partitions_run(root / "runs")
-    for f in (root / "runs").iterdir():
-        f.unlink()
-    return seen
+    return take_partitions_run(root / "runs")
 
 
 def _task_state(dag_id, task_id) -> dict:

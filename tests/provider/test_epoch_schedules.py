@@ -13,7 +13,7 @@ import json
 import os
 
 import pendulum
-from pipelines import partitions_run, write_inputs
+from pipelines import take_partitions_run, write_inputs
 
 HOUR_09 = "2026-11-22/09"  # the hour 09:00..10:00 UTC, as `python -m airflow_streambatch.demo generate` writes it
 
@@ -30,10 +30,7 @@ def _inputs(root, partitions=3):
 
 
 def _runs(root) -> list[int]:
-    seen = partitions_run(root / "runs")
-    for f in (root / "runs").iterdir():
-        f.unlink()
-    return seen
+    return take_partitions_run(root / "runs")
 
 
 def test_an_hourly_run_processes_the_hour_that_ended_with_zero_padded_paths(ctx, airflow_db, tmp_path):
