@@ -19,7 +19,7 @@ from airflow_streambatch.engine.errors import (
     StreamBatchError,
     UserCodeError,
 )
-from airflow_streambatch.engine.partitions import WriteResult
+from airflow_streambatch.engine.execution.partitions import WriteResult
 from airflow_streambatch.engine.read_api import (
     from_items,
     range,

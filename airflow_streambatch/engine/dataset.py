@@ -14,16 +14,17 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.batches import check_batch_format, rebatch, to_format
-from airflow_streambatch.engine.blocks import BlockRef
-from airflow_streambatch.engine.commit import CommitRecord
+from airflow_streambatch.engine.worker.batches import check_batch_format, rebatch, to_format
+from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.execution.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
-from airflow_streambatch.engine.executor import _DONE, StreamingExecutor
+from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
 from airflow_streambatch.engine.filesystems import check_disjoint
-from airflow_streambatch.engine.partitions import WRITE_MODES, WriteResult, prepare_write, warn_if_partial
-from airflow_streambatch.engine.plan import InputBlocks, Limit, Read, Repartition, plan
-from airflow_streambatch.engine.stats import RunStats
-from airflow_streambatch.engine.transforms import Compute, MapBatches, MapRows, WriteFiles, describe
+from airflow_streambatch.engine.execution.partitions import WRITE_MODES, WriteResult, prepare_write, warn_if_partial
+from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Read, Repartition
+from airflow_streambatch.engine.plan.planner import plan
+from airflow_streambatch.engine.execution.stats import RunStats
+from airflow_streambatch.engine.plan.logical import ResourceRequest, MapBatches, MapRows, WriteFiles, describe
 
 
 def _positive_int(value, what: str, allow_zero: bool = False) -> None:
@@ -84,14 +85,15 @@ class Dataset(_Batches):
         name = f"MapBatches({describe(fn)})"
         check_batch_format(batch_format, name)
         return self._with(MapBatches(
-            name=name, compute=Compute.make(name, num_cpus, num_gpus, resources, concurrency), fn=fn,
+            name=name, compute=ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency), fn=fn,
             batch_size=batch_size, batch_format=batch_format, fn_args=tuple(fn_args), fn_kwargs=fn_kwargs or {},
             fn_constructor_args=tuple(fn_constructor_args), fn_constructor_kwargs=fn_constructor_kwargs or {},
         ))
 
     def _rows(self, kind: str, label: str, fn, num_cpus, num_gpus, resources, concurrency) -> Dataset:
         name = f"{label}({describe(fn)})"
-        return self._with(MapRows(name=name, compute=Compute.make(name, num_cpus, num_gpus, resources, concurrency),
+        request = ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency)
+        return self._with(MapRows(name=name, compute=request,
                                   fn=fn, kind=kind))
 
     def map(self, fn, *, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> Dataset:
@@ -136,7 +138,7 @@ class Dataset(_Batches):
         try:
             while True:
                 item = executor.outputs.get()
-                if item is _DONE:
+                if item is DONE:
                     finished = True
                     warn_if_partial(executor.stats.failed_partitions)
                     return
@@ -207,7 +209,8 @@ class Dataset(_Batches):
         if existing is not None:  # mode="ignore" and the path holds output
             return WriteResult(path, skipped=existing)
         name = f"Write{file_format.capitalize()}"
-        written = self._with(WriteFiles(name=name, compute=Compute.make(name), path=path, file_format=file_format))
+        sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=path, file_format=file_format)
+        written = self._with(sink)
         for _ in written._iter_refs(on_commit=on_commit, write_mode=mode):
             pass
         executor = written._last_executor

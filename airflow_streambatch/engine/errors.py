@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 
@@ -63,3 +64,8 @@ class PartialResultWarning(UserWarning):
     Raised as a warning (``max_failed_partitions`` allowed the failures); turn it
     into an error with ``warnings.simplefilter("error", PartialResultWarning)``.
     """
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that found no space left (tasks report it; the driver decides)."""
+    return getattr(exc, "errno", None) == errno.ENOSPC or "No space left on device" in str(exc)

@@ -18,7 +18,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.dataset import Dataset, _positive_int
-from airflow_streambatch.engine.datasource import (
+from airflow_streambatch.engine.plan.datasource import (
     READ_BATCH_ROWS,
     Datasource,
     Fragment,
@@ -27,7 +27,7 @@ from airflow_streambatch.engine.datasource import (
     items_datasource,
     range_datasource,
 )
-from airflow_streambatch.engine.plan import Read
+from airflow_streambatch.engine.plan.logical import Read
 from airflow_streambatch.engine.filesystems import resolve
 
 

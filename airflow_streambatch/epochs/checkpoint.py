@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter
+from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter
 from airflow_streambatch.engine.errors import PartitionFailure
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.epochs.manifest import EpochManifest

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.datasource import expand_paths
+from airflow_streambatch.engine.plan.datasource import expand_paths
 from airflow_streambatch.engine.filesystems import resolve
 
 

@@ -17,13 +17,13 @@ import warnings
 from collections.abc import Callable
 
 from airflow_streambatch.engine import read_api
-from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter
+from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import PartialResultWarning
 from airflow_streambatch.engine.filesystems import check_disjoint
-from airflow_streambatch.engine.partitions import WriteResult
-from airflow_streambatch.engine.spark_backend import get_spark, ship_user_module
+from airflow_streambatch.engine.execution.partitions import WriteResult
+from airflow_streambatch.engine.spark.session import get_spark, ship_user_module
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus, stop_reason
 from airflow_streambatch.epochs.manifest import EpochManifest
 

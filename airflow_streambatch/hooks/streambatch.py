@@ -40,8 +40,8 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
-from airflow_streambatch.engine.java import ensure_java
-from airflow_streambatch.engine.spark_backend import get_spark
+from airflow_streambatch.engine.spark.java import ensure_java
+from airflow_streambatch.engine.spark.session import get_spark
 
 # Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
 # Azure account keys and SAS tokens, credentials and key files. Keys (or values) it matches

@@ -14,7 +14,7 @@ import pytest
 
 import airflow_streambatch.engine as sb
 from airflow_streambatch.engine.filesystems import check_disjoint
-from airflow_streambatch.engine.plan import Read
+from airflow_streambatch.engine.plan.logical import Read
 
 
 # -- D: rows with different keys ------------------------------------------------------

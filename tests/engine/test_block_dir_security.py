@@ -18,8 +18,9 @@ import pyarrow as pa
 import pytest
 
 import airflow_streambatch.engine as sb
-from airflow_streambatch.engine.blocks import write_block
-from airflow_streambatch.engine.streams import ForgedStreamRecordError, OutputStream, StreamWatcher, WatchedTask
+from airflow_streambatch.engine.worker.blocks import write_block
+from airflow_streambatch.engine.execution.stream_watcher import ForgedStreamRecordError, StreamWatcher, WatchedTask
+from airflow_streambatch.engine.worker.streams import OutputStream
 
 NOBODY = ["runuser", "-u", "nobody", "--"]
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"),

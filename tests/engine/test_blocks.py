@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 import airflow_streambatch.engine as sb
-from airflow_streambatch.engine.blocks import BlockBuilder, BlockRef
+from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef
 
 
 def _cuts(tables, target):
@@ -78,7 +78,7 @@ def test_block_dirs_of_dead_drivers_are_swept_and_live_ones_kept(tmp_path):
     import subprocess
     import sys
 
-    from airflow_streambatch.engine.blocks import OWNER_FILE, create_run_dir
+    from airflow_streambatch.engine.worker.blocks import OWNER_FILE, create_run_dir
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     orphan = tmp_path / "run-orphan"

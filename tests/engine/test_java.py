@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from airflow_streambatch.engine.errors import StreamBatchError
-from airflow_streambatch.engine.java import ensure_java
+from airflow_streambatch.engine.spark.java import ensure_java
 
 
 def test_a_machine_java_is_used_as_is(tmp_path):

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import airflow_streambatch.engine as sb
-from airflow_streambatch.engine.datasource import Fragment, group_fragments, partition_count
-from airflow_streambatch.engine.plan import plan
+from airflow_streambatch.engine.plan.datasource import Fragment, group_fragments, partition_count
+from airflow_streambatch.engine.plan.planner import plan
 
 MiB = 1 << 20
 
@@ -44,7 +44,7 @@ def test_fusion_can_be_disabled():
 def test_limits_merge_and_repartition_is_its_own_operator():
     ds = sb.range(10).limit(5).limit(3).repartition(2)
     ops = plan(list(ds._logical))
-    assert [op.kind for op in ops] == ["read", "limit", "repartition"] and ops[1].limit == 3
+    assert [type(op).__name__ for op in ops] == ["ReadOp", "LimitOp", "RepartitionOp"] and ops[1].limit == 3
 
 
 def test_partition_count_fills_slots_within_1_to_128_mib():

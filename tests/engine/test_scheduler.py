@@ -8,7 +8,9 @@ import time
 import pyarrow as pa
 
 import airflow_streambatch.engine as sb
-from airflow_streambatch.engine.scheduler import AdaptivePolicy, Estimates, MemoryState
+from airflow_streambatch.engine.execution.estimates import Estimates
+from airflow_streambatch.engine.execution.memory import MemoryBudget
+from airflow_streambatch.engine.execution.policies import AdaptivePolicy
 
 MiB = 1 << 20
 
@@ -131,7 +133,7 @@ def test_algorithm_2_replenishes_one_partition_per_pipeline_period():
     source = Op(0, Estimates(tasks=1, work_s=1, input_bytes=0, output_bytes=100), 2)
     transform = Op(1, Estimates(tasks=1, work_s=12, input_bytes=100, output_bytes=200), 6)
     inference = Op(2, Estimates(tasks=1, work_s=2, input_bytes=100, output_bytes=5), 4)
-    policy = AdaptivePolicy(MemoryState(limit=10_000))
+    policy = AdaptivePolicy(MemoryBudget(limit=10_000))
     policy.budget = 0
     policy.replenish([source, transform, inference], elapsed_s=3.0)
     assert abs(policy.budget - 100) < 1e-6

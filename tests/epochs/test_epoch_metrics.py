@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pyarrow.compute as pc
 from pipelines import write_inputs
 
-from airflow_streambatch.engine.commit import StagedFile
-from airflow_streambatch.engine.stats import OpStats
+from airflow_streambatch.engine.worker.staging import StagedFile
+from airflow_streambatch.engine.execution.stats import OpStats
 from airflow_streambatch.epochs import EpochCheckpoint, EpochManifest, list_inputs, run_epoch
 from airflow_streambatch.epochs import runner as runner_module
 

@@ -16,8 +16,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from airflow_streambatch.engine.blocks import BlockRef
-from airflow_streambatch.engine.commit import CommitRecord, PartitionCommitter, SchemaMismatchError, StagedFile
+from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter, SchemaMismatchError
+from airflow_streambatch.engine.worker.staging import StagedFile
 from airflow_streambatch.engine.errors import PartialResultWarning, PartitionFailure
 
 log = logging.getLogger("airflow_streambatch.engine.progress")

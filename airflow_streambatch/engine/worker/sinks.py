@@ -4,7 +4,7 @@ A task of a write operator streams its rows into
 ``<path>/_staging/<run id>/p<partition>/part-<task key>.<ext>`` through a temporary
 name, and reports the file (path, rows, bytes) back to the driver. When every task
 of an input partition has finished, the driver commits the partition
-(`commit.PartitionCommitter`). Bundles never mix input partitions, so a sink task
+(`execution/commit.py`). Bundles never mix input partitions, so a sink task
 always writes for exactly one.
 """
 
@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from airflow_streambatch.engine.commit import PartitionCommitter, StagedFile, schema_columns
-from airflow_streambatch.engine.failures import is_disk_full
+from airflow_streambatch.engine.errors import is_disk_full
+from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns, staging_dir
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
 
@@ -32,9 +33,9 @@ def _write_json_lines(table: pa.Table, out) -> None:
 
 def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, env) -> None:
     """Stream ``tables`` into this task's staged file; record it in ``env.written``."""
-    committer = PartitionCommitter(path, env.run_id)  # staging does not depend on the write's tag
     (partition,) = env.partitions
-    fs, root = committer.fs, committer.staging_dir(partition)
+    fs, root = resolve(path.rstrip("/"))
+    root = staging_dir(root, env.run_id, partition)  # staging does not depend on the write's tag
     fs.create_dir(root, recursive=True)
     final = f"{root}/part-{env.task_key}.{FILE_FORMATS[file_format]}"
     tmp = f"{root}/.tmp-{env.task_key}-{uuid.uuid4().hex[:8]}"

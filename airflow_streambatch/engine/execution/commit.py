@@ -37,26 +37,16 @@ from dataclasses import asdict, dataclass, field
 import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.filesystems import resolve
-from airflow_streambatch.engine.owner import OWNER_FILE, left_by_dead_driver, owner_mark
+from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
+from airflow_streambatch.engine.worker.staging import RECORD, StagedFile, partition_dir, staging_dir
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
-RECORD = "_commit.json"
 _PARTITION_DIR = re.compile(r"^p(\d{5,})(?:-([0-9a-f]+))?$")
 
 
 class SchemaMismatchError(ValueError):
     """A partition's output columns differ from those of the partitions already committed."""
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    """One file a sink task staged, as it reports it to the driver."""
-
-    path: str
-    rows: int
-    bytes: int
-    schema: list[list[str]]
 
 
 @dataclass
@@ -70,15 +60,6 @@ class CommitRecord:
     inputs: str = ""  # fingerprint of the input the partition was computed from
     schema: list[list[str]] | None = None  # [[column, arrow type], ...]; None for an empty partition
     committed_at: float = field(default_factory=time.time)
-
-
-def partition_dir(partition: int, tag: str | None = None) -> str:
-    return f"p{partition:05d}" if tag is None else f"p{partition:05d}-{tag}"
-
-
-def schema_columns(schema) -> list[list[str]]:
-    """A pyarrow schema as JSON-friendly ``[[name, type], ...]`` (metadata ignored)."""
-    return [[f.name, str(f.type)] for f in schema]
 
 
 def describe_schema_difference(expected: list[list[str]], found: list[list[str]]) -> str:
@@ -123,7 +104,7 @@ class PartitionCommitter:
 
     def staging_dir(self, partition: int) -> str:
         """Where sink tasks write this run's files of ``partition`` (inside the filesystem)."""
-        return f"{self.root}/_staging/{self.run_id}/{partition_dir(partition)}"
+        return staging_dir(self.root, self.run_id, partition)
 
     # -- reading what is there ------------------------------------------------------
     def scan(self) -> dict[str, CommitRecord]:

@@ -6,12 +6,12 @@ source budget replenished by Algorithm 2 (the estimated rate at which data leave
 the pipeline). ``ConservativePolicy`` launches a task only when its estimated output
 fits under the memory limit beside everything buffered and reserved (at the price of
 idle slots when memory is tight). Under either policy a running task writes blocks
-past its reservation only with the executor's grant (`streams.py`), so an input that
+past its reservation only with a grant (`memory.MemoryGrants`), so an input that
 explodes cannot carry memory past the limit; the one exception is a limit too small
 for any consumer to run, where the executor writes one block over it and warns.
 
-Policies see operators through `OpView`, a narrow read-only protocol; the executor
-owns the state.
+Policies see operators through `OpView`, a narrow read-only protocol, and implement
+`SchedulingPolicy`; the executor asks them and owns the state.
 """
 
 from __future__ import annotations
@@ -20,53 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
-@dataclass
-class Estimates:
-    """Online run-time estimates of one operator, from its finished tasks."""
-
-    tasks: int = 0
-    work_s: float = 0.0
-    input_bytes: int = 0
-    output_bytes: int = 0
-    initial_output_bytes: float = 0.0  # before any task finished (read tasks: input size)
-    max_output_bytes: int = 0  # largest output of one task
-    max_ratio: float = 0.0  # largest output/input of one task
-
-    def observe(self, work_s: float, input_bytes: int, output_bytes: int) -> None:
-        self.tasks += 1
-        self.work_s += work_s
-        self.input_bytes += input_bytes
-        self.output_bytes += output_bytes
-        self.max_output_bytes = max(self.max_output_bytes, output_bytes)
-        if input_bytes:
-            self.max_ratio = max(self.max_ratio, output_bytes / input_bytes)
-
-    @property
-    def known(self) -> bool:
-        return self.tasks > 0
-
-    @property
-    def task_s(self) -> float:
-        return self.work_s / self.tasks if self.tasks else 0.0
-
-    @property
-    def output_per_task(self) -> float:
-        return self.output_bytes / self.tasks if self.tasks else self.initial_output_bytes
-
-    @property
-    def input_per_task(self) -> float:
-        return self.input_bytes / self.tasks if self.tasks else 0.0
-
-    def output_for_input(self, input_bytes: int, pessimistic: bool = False) -> float:
-        """Expected output of a task given its input bytes: the mean size ratio (or
-        per-task mean for sources), or with ``pessimistic`` the largest seen."""
-        if self.tasks and self.input_bytes and input_bytes:
-            ratio = self.max_ratio if pessimistic else self.output_bytes / self.input_bytes
-            return input_bytes * ratio
-        if self.tasks:
-            return float(self.max_output_bytes) if pessimistic else self.output_per_task
-        return max(float(input_bytes), self.initial_output_bytes)
+from airflow_streambatch.engine.execution.estimates import Estimates
+from airflow_streambatch.engine.execution.memory import MemoryBudget
 
 
 class OpView(Protocol):
@@ -75,6 +30,8 @@ class OpView(Protocol):
     estimates: Estimates
     buffered_output_bytes: int
 
+    @property
+    def probing(self) -> bool: ...  # no task has finished: its output size is unknown
     def has_input(self) -> bool: ...
     def running(self) -> int: ...
     def next_task_output_estimate(self, pessimistic: bool = False) -> float: ...
@@ -82,19 +39,30 @@ class OpView(Protocol):
     def usable_slots(self) -> int: ...
 
 
-@dataclass
-class MemoryState:
-    limit: int
-    used: int = 0  # bytes of blocks produced and not yet released
-    reserved: float = 0.0  # estimated output of running tasks
-    peak: int = 0
+class SchedulingPolicy(Protocol):
+    """What the executor asks a policy each turn of its loop."""
+
+    def replenish(self, ops: list[OpView], elapsed_s: float) -> None:
+        """Time passed: refill whatever budget limits the sources."""
+
+    def may_launch(self, op: OpView) -> bool:
+        """Whether one more task of ``op`` may start now (memory and budget permitting)."""
+
+    def reservation(self, op: OpView) -> float:
+        """Bytes to reserve for the next task of ``op``: what it writes without asking."""
+
+    def on_launch(self, op: OpView, reserved: float) -> None:
+        """A task of ``op`` started with ``reserved`` bytes reserved."""
+
+    def pick(self, candidates: list[OpView]) -> OpView | None:
+        """Which of the operators that may launch gets the free slots."""
 
 
 @dataclass
 class AdaptivePolicy:
     """Algorithms 1 and 2 of the paper."""
 
-    memory: MemoryState
+    memory: MemoryBudget
     budget: float = field(init=False)
 
     def __post_init__(self):
@@ -121,19 +89,24 @@ class AdaptivePolicy:
             return
         self.budget = min(float(self.memory.limit), self.budget + partition * elapsed_s / seconds_per_partition)
 
-    def may_launch_source(self, source: OpView) -> bool:
-        estimate = source.next_task_output_estimate()
-        fits = self.memory.used + self.memory.reserved < self.memory.limit
-        return fits and self.budget >= min(estimate, self.memory.limit)
-
-    def on_source_launch(self, estimate: float) -> None:
-        self.budget -= estimate
-
-    def has_output_space(self, op: OpView) -> bool:
+    def may_launch(self, op: OpView) -> bool:
+        if op.is_source:  # within the budget Algorithm 2 replenishes
+            estimate = op.next_task_output_estimate()
+            fits = self.memory.used + self.memory.reserved < self.memory.limit
+            return fits and self.budget >= min(estimate, self.memory.limit)
         growth = op.next_task_output_estimate() - op.next_task_input_bytes()
         if growth <= 0 or op.buffered_output_bytes == 0:
             return True  # shrinks memory, or nothing of it is buffered: it must run to make progress
         return self.memory.used + self.memory.reserved + growth <= self.memory.limit
+
+    def reservation(self, op: OpView) -> float:
+        """A task writes what its reservation covers without asking: its mean estimate,
+        never more than is free."""
+        return min(op.next_task_output_estimate(), self.memory.room())
+
+    def on_launch(self, op: OpView, reserved: float) -> None:
+        if op.is_source:
+            self.budget -= reserved
 
     @staticmethod
     def pick(candidates: list[OpView]) -> OpView | None:
@@ -147,30 +120,29 @@ class AdaptivePolicy:
 class ConservativePolicy:
     """Launch only what is estimated to fit, probing unknown operators one task at a time."""
 
-    memory: MemoryState
+    memory: MemoryBudget
     budget: float = math.inf
 
     def replenish(self, ops, elapsed_s: float) -> None:
         return None
 
-    def _fits(self, op: OpView) -> bool:
+    def may_launch(self, op: OpView) -> bool:
         if op.running() == 0:
             return True  # an idle operator may always start one task: its blocks wait for memory grants
-        if not op.estimates.known:
+        if op.probing:
             return False  # a probe runs alone until its output size is known
         estimate = op.next_task_output_estimate(pessimistic=True)
         if estimate <= op.next_task_input_bytes():
             return True  # it frees more than it writes: it must run for memory to drain
         return self.memory.used + self.memory.reserved + estimate <= self.memory.limit
 
-    def may_launch_source(self, source: OpView) -> bool:
-        return self._fits(source)
+    def reservation(self, op: OpView) -> float:
+        """The largest output seen (a probe: all that is free), never more than is free."""
+        room = self.memory.room()
+        return room if op.probing else min(op.next_task_output_estimate(pessimistic=True), room)
 
-    def on_source_launch(self, estimate: float) -> None:
+    def on_launch(self, op: OpView, reserved: float) -> None:
         return None
-
-    def has_output_space(self, op: OpView) -> bool:
-        return self._fits(op)
 
     @staticmethod
     def pick(candidates: list[OpView]) -> OpView | None:
@@ -178,5 +150,5 @@ class ConservativePolicy:
         return max(candidates, key=lambda op: op.index) if candidates else None
 
 
-def make_policy(name: str, memory: MemoryState):
+def make_policy(name: str, memory: MemoryBudget) -> SchedulingPolicy:
     return AdaptivePolicy(memory) if name == "adaptive" else ConservativePolicy(memory)

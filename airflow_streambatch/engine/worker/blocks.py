@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.owner import OWNER_FILE, left_by_dead_driver, owner_mark
+from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
 
 
 @dataclass(frozen=True)

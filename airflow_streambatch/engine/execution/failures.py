@@ -8,7 +8,6 @@ run before any partition is failed for it.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -16,7 +15,7 @@ import shutil
 
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
-from airflow_streambatch.engine.stats import human_bytes
+from airflow_streambatch.engine.execution.stats import human_bytes
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -42,10 +41,6 @@ def job_failure_message(error: BaseException, operator: str, partitions: tuple[i
         return (f"the Python worker exited unexpectedly while running {where}: the process crashed (os._exit, "
                 "a segfault in native code) or was killed (by the kernel's out-of-memory killer, or a signal)")
     return f"Spark job failed on {where}: {root_cause(error)}"
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return getattr(exc, "errno", None) == errno.ENOSPC or "No space left on device" in str(exc)
 
 
 def disk_full_error(path: str, ctx: DataContext, operator: str, partitions: tuple[int, ...]) -> StreamBatchError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from airflow_streambatch.engine.transforms import Compute
+from airflow_streambatch.engine.plan.logical import ResourceRequest
 
 
 TASK_SLOTS = "spark task slots"  # a key of ``keep``: Spark partitions to leave free
@@ -27,7 +27,7 @@ class ResourcePool:
         self.running: dict[int, int] = {}  # operator index -> tasks holding slots
         self._free_gpus = [str(i) for i in range(int(self.totals.get("GPU", 0)))]
 
-    def check_feasible(self, compute: Compute, operator: str) -> None:
+    def check_feasible(self, compute: ResourceRequest, operator: str) -> None:
         """Fail before running when a task can never get its slots, naming the setting."""
         for name, amount in compute.resources:
             have = self.totals.get(name, 0.0)
@@ -38,7 +38,7 @@ class ResourcePool:
                     f"{{'CPU': 4, {name!r}: {max(1, math.ceil(amount))}}}) or the Spark executor resources"
                 )
 
-    def slots_for(self, op: int, compute: Compute, keep: dict[str, float] | None = None) -> int:
+    def slots_for(self, op: int, compute: ResourceRequest, keep: dict[str, float] | None = None) -> int:
         """How many more tasks of operator ``op`` fit now (at most its concurrency running),
         leaving ``keep`` (amounts per resource, and `TASK_SLOTS`) free for other operators."""
         keep = keep or {}
@@ -53,12 +53,12 @@ class ResourcePool:
             fit = min(fit, compute.concurrency - self.running.get(op, 0))
         return max(0, fit)
 
-    def capacity_for(self, compute: Compute) -> int:
+    def capacity_for(self, compute: ResourceRequest) -> int:
         """Tasks of this request that fit in the whole pool (at most its concurrency)."""
         fit = min((int(self.totals.get(name, 0) // amount + 1e-9) for name, amount in compute.resources), default=0)
         return min(fit, compute.concurrency) if compute.concurrency is not None else fit
 
-    def acquire(self, op: int, compute: Compute) -> tuple[str, ...]:
+    def acquire(self, op: int, compute: ResourceRequest) -> tuple[str, ...]:
         """Take one task's slots; returns the GPU ids assigned to it (local mode)."""
         for name, amount in compute.resources:
             self.used[name] += amount
@@ -68,7 +68,7 @@ class ResourcePool:
         taken, self._free_gpus = self._free_gpus[:gpus], self._free_gpus[gpus:]
         return tuple(taken)
 
-    def release(self, op: int, compute: Compute, gpu_ids: tuple[str, ...]) -> None:
+    def release(self, op: int, compute: ResourceRequest, gpu_ids: tuple[str, ...]) -> None:
         for name, amount in compute.resources:
             self.used[name] -= amount
         self.running[op] -= 1

@@ -16,9 +16,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from airflow_streambatch.engine.blocks import BlockRef
+from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.errors import LineageError, UserCodeError
-from airflow_streambatch.engine.tasks import TaskResult, TaskSpec
+from airflow_streambatch.engine.worker.task_runner import TaskResult, TaskSpec
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field, replace
 
 from pyspark import cloudpickle
 
-from airflow_streambatch.engine.blocks import BlockBuilder, BlockRef, read_block, write_block
-from airflow_streambatch.engine.commit import StagedFile
-from airflow_streambatch.engine.datasource import ReadTask
-from airflow_streambatch.engine.failures import is_disk_full
-from airflow_streambatch.engine.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream, TaskYielded
-from airflow_streambatch.engine.transforms import TaskEnv, Transform, chain, gpu_env
+from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef, read_block, write_block
+from airflow_streambatch.engine.worker.staging import StagedFile
+from airflow_streambatch.engine.plan.datasource import ReadTask
+from airflow_streambatch.engine.errors import is_disk_full
+from airflow_streambatch.engine.worker.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream, TaskYielded
+from airflow_streambatch.engine.worker.udf import TaskEnv, chain, gpu_env
+from airflow_streambatch.engine.plan.logical import Transform
 
 
 @dataclass

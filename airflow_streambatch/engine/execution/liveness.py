@@ -17,8 +17,9 @@ import time
 
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
-from airflow_streambatch.engine.stats import human_bytes
-from airflow_streambatch.engine.streams import YIELD, WatchedTask
+from airflow_streambatch.engine.execution.stats import human_bytes
+from airflow_streambatch.engine.worker.streams import YIELD
+from airflow_streambatch.engine.execution.stream_watcher import WatchedTask
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -51,10 +52,10 @@ class Liveness:
             if not launch.timed_out and now > launch.deadline:
                 launch.timed_out = True
                 log.warning("%s: tasks %s ran past DataContext.task_timeout_s=%ss; cancelling their Spark job",
-                            launch.state.op.name, [s.task_key for s in launch.specs], self.ctx.task_timeout_s)
+                            launch.op.name, [s.task_key for s in launch.specs], self.ctx.task_timeout_s)
                 self.backend.cancel_launch(launch_id)
 
-    def preempt(self, states: list, launches: dict, last_move: float) -> None:
+    def preempt(self, operators: list, launches: dict, heartbeat) -> None:
         """Give a slot to a consumer that has input but none to run it on, while tasks
         upstream of it hold slots waiting for memory that only the consumer can free.
 
@@ -67,17 +68,17 @@ class Liveness:
         for task in waiting:
             if launch_of(task) in self.emptying:
                 self._yield(task)
-        if self.emptying or time.monotonic() - last_move < PREEMPT_AFTER_S:
+        if self.emptying or heartbeat.idle_s() < PREEMPT_AFTER_S:
             return
-        for state in reversed(states):
-            if not (state.op.runs_tasks and state.running_tasks == 0 and state.has_input()
-                    and state.usable_slots() == 0 and self.policy.has_output_space(state)):
+        for op in reversed(operators):
+            if not (op.runs_tasks and op.running_tasks == 0 and op.has_input()
+                    and op.usable_slots() == 0 and self.policy.may_launch(op)):
                 continue
-            victims = [task for task in waiting if task.op_index < state.index]
+            victims = [task for task in waiting if task.op_index < op.index]
             if victims:
                 launch_id = launch_of(min(victims, key=lambda task: task.op_index))
                 log.info("%s waits for a slot that tasks waiting for memory hold; preempting Spark job %d of %s",
-                         state.op.name, launch_id, launches[launch_id].state.op.name)
+                         op.name, launch_id, launches[launch_id].op.name)
                 self.emptying.add(launch_id)
                 for task in waiting:
                     if launch_of(task) == launch_id:
@@ -88,15 +89,14 @@ class Liveness:
         self.streams.grant(task, YIELD)
         task.yielding = True
 
-    def check_stalled(self, states: list, memory, last_move: float) -> None:
+    def check_stalled(self, operators: list, memory, heartbeat) -> None:
         """Fail loudly, never hang: tasks have waited for memory and nothing moved for
         ``stall_timeout_s``. Output waiting for the caller (a paused ``iter_batches``)
         is the caller's pace, not a stall."""
         waiting = self.streams.waiting()
-        if (not waiting or states[-1].buffered_output_bytes
-                or time.monotonic() - last_move < self.ctx.stall_timeout_s):
+        if not waiting or operators[-1].buffered_output_bytes or heartbeat.idle_s() < self.ctx.stall_timeout_s:
             return
-        raise StreamBatchError(stall_report(self.ctx, states, memory, waiting))
+        raise StreamBatchError(stall_report(self.ctx, operators, memory, waiting))
 
 
 def fit_blocks_to_memory_limit(ctx: DataContext) -> None:
@@ -115,16 +115,16 @@ def fit_blocks_to_memory_limit(ctx: DataContext) -> None:
     ctx.target_min_block_size = min(ctx.target_min_block_size, target)
 
 
-def stall_report(ctx: DataContext, states, memory, waiting) -> str:
+def stall_report(ctx: DataContext, operators, memory, waiting) -> str:
     """What the run is stuck on, for the error that ends a stall instead of a hang."""
     lines = [f"no progress for {ctx.stall_timeout_s:.0f} s (DataContext.stall_timeout_s) while tasks wait for memory "
              f"under DataContext.memory_limit={human_bytes(ctx.memory_limit)}: {human_bytes(memory.used)} of blocks "
              f"held, {human_bytes(memory.reserved)} reserved by running tasks."]
-    for state in states:
-        lines.append(f"  {state.op.name}: {state.running_tasks} running, {len(state.inputs)} block(s) queued, "
-                     f"{human_bytes(state.buffered_output_bytes)} of output buffered")
+    for op in operators:
+        lines.append(f"  {op.name}: {op.running_tasks} running, {len(op.inputs)} block(s) queued, "
+                     f"{human_bytes(op.buffered_output_bytes)} of output buffered")
     for task in waiting:
-        lines.append(f"  task {task.task_key} of {states[task.op_index].op.name} waits to write its block "
+        lines.append(f"  task {task.task_key} of {operators[task.op_index].name} waits to write its block "
                      f"{task.waiting_for} (granted {task.granted}, wrote {human_bytes(task.written)})")
     lines.append("Raise memory_limit, or lower target_max_block_size so that more blocks fit.")
     return "\n".join(lines)

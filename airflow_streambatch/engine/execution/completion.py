@@ -1,0 +1,117 @@
+"""What a finished Spark job means: outputs passed on, retries, failed partitions, lost inputs.
+
+A task that raised is retried up to ``max_task_retries`` times, then its input
+partitions fail: their queued work is dropped and they are never committed (a run
+fails once more than ``max_failed_partitions`` have). A job that failed as a whole
+(a worker crashed, an executor was lost, a timeout) with several tasks in it reruns
+each task alone, charging none a try, to find the one at fault. A task whose input
+files vanished has them rebuilt by lineage, then runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.errors import PartitionFailure, PartitionsFailedError, StreamBatchError
+from airflow_streambatch.engine.execution.failures import disk_full_error, job_failure_message, root_cause
+from airflow_streambatch.engine.execution.flow import BlockFlow
+from airflow_streambatch.engine.execution.launcher import Launch, Launcher
+from airflow_streambatch.engine.execution.lineage import LineageTable
+from airflow_streambatch.engine.execution.memory import MemoryGrants
+from airflow_streambatch.engine.execution.operators import Operator
+from airflow_streambatch.engine.execution.partitions import PartitionTracker
+from airflow_streambatch.engine.worker.task_runner import TaskResult, TaskSpec
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
+
+MAX_INPUT_REBUILDS = 3  # a task whose inputs keep vanishing fails the run
+
+
+class Completions:
+    def __init__(self, ctx: DataContext, flow: BlockFlow, partitions: PartitionTracker, lineage: LineageTable,
+                 launcher: Launcher, grants: MemoryGrants):
+        self.ctx = ctx
+        self.flow = flow
+        self.partitions = partitions
+        self.lineage = lineage
+        self.launcher = launcher
+        self.grants = grants
+        self._attempts: dict[tuple[int, str], int] = {}  # (operator, task key) -> failed runs
+
+    def job_finished(self, launch: Launch, results: list[TaskResult] | None, error: BaseException | None) -> None:
+        op, specs = launch.op, launch.specs
+        if results is None:  # a worker crashed, an executor was lost, or the job timed out
+            if len(specs) > 1:  # which task is at fault is unknown: run each alone, charging none a try
+                log.warning("%s: a Spark job of %d tasks failed (%s); running each task alone to find the one at "
+                            "fault", op.name, len(specs), root_cause(error))
+                for spec in specs:
+                    spec.alone = True
+                    op.retry_specs.append(spec)
+                return
+            message = job_failure_message(error, op.name, specs[0].partitions,
+                                          self.ctx.task_timeout_s if launch.timed_out else None)
+            self._failed(op, specs[0], message, str(error))
+            return
+        for spec, result in zip(specs, results):
+            if result.yielded:  # gave its slot back while waiting for memory: runs again, charged nothing
+                op.retry_specs.append(spec)
+            elif result.no_space is not None:
+                raise disk_full_error(result.no_space, self.ctx, op.name, spec.partitions)
+            elif result.lost_inputs:
+                self._recover_inputs(op, spec, result.lost_inputs)
+            elif result.error is not None:
+                self._failed(op, spec, result.error, result.error_traceback)
+            else:
+                self._succeeded(op, spec, result)
+        self.flow.propagate_done()
+
+    def _succeeded(self, op: Operator, spec: TaskSpec, result: TaskResult) -> None:
+        op.estimates.observe(result.work_s, result.input_bytes, result.output_bytes)
+        op.stats.task_done(result)
+        self.lineage.register(op.name, self.launcher.payloads[op.index], spec.for_replay(), result.blocks)
+        self.partitions.add_files(spec.partitions, result.files)
+        streamed = self.grants.delivered.pop((op.index, spec.task_key), set())
+        for ref in result.blocks:
+            if ref.block_id not in streamed:
+                self.flow.emit(op, ref)
+        for ref in spec.inputs:
+            self.flow.release(ref)
+        if spec.read_task is not None:
+            self.partitions.read_done(spec.partitions[0])
+
+    def _failed(self, op: Operator, spec: TaskSpec, error: str, remote_traceback: str) -> None:
+        """Retry a failed task up to ``max_task_retries`` times, then fail its input partition."""
+        key = (op.index, spec.task_key)
+        self._attempts[key] = self._attempts.get(key, 0) + 1
+        if self._attempts[key] <= self.ctx.max_task_retries and not self.partitions.is_failed(spec.partitions):
+            log.warning("%s: task %s (input partitions %s) failed, retry %d of %d: %s", op.name,
+                        spec.task_key, spec.partitions, self._attempts[key], self.ctx.max_task_retries, error)
+            op.retry_specs.append(spec)
+            return
+        # fail the partitions before releasing the task's inputs: a partition whose last
+        # block is released is committed, and a failed one must never be
+        for p in spec.partitions:
+            self.partitions.fail(PartitionFailure(p, self.partitions.label(p), op.name, error, remote_traceback))
+        for ref in spec.inputs:
+            self.flow.release(ref)
+        self.grants.delivered.pop(key, None)
+        for p in spec.partitions:
+            self.flow.drop_partition(p)
+        self.check_failures()
+
+    def check_failures(self) -> None:
+        failures = list(self.partitions.failures.values())
+        if len(failures) > self.ctx.max_failed_partitions:
+            raise PartitionsFailedError(failures, self.ctx.max_failed_partitions)
+
+    def _recover_inputs(self, op: Operator, spec: TaskSpec, lost: list[str]) -> None:
+        """Inputs of ``spec`` vanished: rebuild them by lineage, then run the task again."""
+        key = (op.index, f"lost:{spec.task_key}")
+        self._attempts[key] = self._attempts.get(key, 0) + 1
+        if self._attempts[key] > MAX_INPUT_REBUILDS:
+            raise StreamBatchError(f"{op.name}: inputs of task {spec.task_key} keep disappearing: {lost}")
+        for ref in spec.inputs:
+            if ref.block_id in lost:
+                self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds)
+        op.retry_specs.append(spec)

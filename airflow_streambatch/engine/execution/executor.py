@@ -1,0 +1,226 @@
+"""The streaming executor: one loop in the driver that runs a physical plan on Spark.
+
+Each turn of the loop (paper section 4.2): collect finished Spark jobs
+(`completion.py`), pass on streamed blocks and grant memory (`memory.py`); replenish
+the source budget (Algorithm 2); launch source tasks the budget allows; then hand
+free slots to the qualifying operator the policy picks (Algorithm 1, `policies.py`).
+
+Output blocks of the last operator go to ``outputs``, a queue the consumer drains
+(``iter_batches``, ``write_*``, ``iter_split``); until consumed they count against
+the memory limit, so a slow consumer back-pressures the sources.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+import uuid
+
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.errors import StreamBatchError
+from airflow_streambatch.engine.execution.commit import PartitionCommitter
+from airflow_streambatch.engine.execution.completion import Completions
+from airflow_streambatch.engine.execution.failures import warn_if_block_dir_small
+from airflow_streambatch.engine.execution.flow import BlockFlow
+from airflow_streambatch.engine.execution.launcher import Launcher
+from airflow_streambatch.engine.execution.lineage import LineageTable
+from airflow_streambatch.engine.execution.liveness import Liveness, fit_blocks_to_memory_limit
+from airflow_streambatch.engine.execution.memory import BlockLedger, Heartbeat, MemoryBudget, MemoryGrants
+from airflow_streambatch.engine.execution.operators import build_operators
+from airflow_streambatch.engine.execution.operators.map import MapOperator
+from airflow_streambatch.engine.execution.partitions import PartitionTracker
+from airflow_streambatch.engine.execution.policies import make_policy
+from airflow_streambatch.engine.execution.resources import ResourcePool
+from airflow_streambatch.engine.execution.stats import RunStats, progress_line
+from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher
+from airflow_streambatch.engine.plan.logical import WriteFiles
+from airflow_streambatch.engine.plan.planner import InputBlocksOp, PhysicalOp
+from airflow_streambatch.engine.spark.backend import SparkBackend
+from airflow_streambatch.engine.spark.session import get_spark, ship_package, slots_from_spark, spark_task_slots
+from airflow_streambatch.engine.worker.blocks import BlockRef, create_run_dir, read_block
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
+
+DONE = object()  # the last item on ``outputs`` of a run that finished
+CANCEL_WAIT_S = 10.0  # how long a stopped run waits for its cancelled Spark jobs before cleaning up
+
+
+def _ensure_progress_visible() -> None:
+    """Show progress on stderr when the application configured no logging at all
+    (a script or notebook); under Airflow or any configured app, propagate instead."""
+    if not logging.getLogger().handlers and not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s streambatch %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
+class StreamingExecutor:
+    """Runs one physical plan. Output blocks, then ``DONE`` or the error, arrive on ``outputs``."""
+
+    def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None, write_mode: str = "append"):
+        self.ctx = (ctx or DataContext.get_current()).copy()
+        self.ops = ops
+        self.run_id = uuid.uuid4().hex[:12]
+        self.run_dir = os.path.join(self.ctx.block_dir, f"run-{self.run_id}")
+        self.outputs: queue.Queue = queue.Queue()
+        self.stats = RunStats()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.heartbeat = Heartbeat()
+        self.lineage = LineageTable(ops[0].lineage if isinstance(ops[0], InputBlocksOp) else None)
+        sink = ops[-1].transforms[-1] if ops[-1].transforms else None
+        self.committer = None
+        if isinstance(sink, WriteFiles):
+            self.committer = PartitionCommitter(sink.path, self.run_id)
+            if write_mode == "append" and self.committer.scan():  # beside earlier writes: names of its own
+                self.committer.tag = self.run_id
+        self.partitions = PartitionTracker(self.committer, ops[-1].name)
+        self.skipped: dict = {}
+
+    # -- public -----------------------------------------------------------------
+    def start(self) -> StreamingExecutor:
+        self.spark = get_spark(min_slots=int(sum((self.ctx.resources or {}).values())))
+        ship_package(self.spark)
+        pool = ResourcePool(self.ctx.resources or slots_from_spark(self.spark), spark_task_slots(self.spark))
+        fit_blocks_to_memory_limit(self.ctx)
+        self.memory = MemoryBudget(self.ctx.memory_limit)
+        policy = make_policy(self.ctx.scheduling_policy, self.memory)
+        self.operators = build_operators(self.ops, self.ctx, pool)
+        for op in self.operators:
+            if isinstance(op, MapOperator):
+                op.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
+            if op.runs_tasks:
+                pool.check_feasible(op.compute, op.name)
+        self.flow = BlockFlow(self.operators, BlockLedger(self.memory, self.operators), self.partitions, self.outputs)
+        self.operators[0].start(self.flow, self.partitions, self.committer, self.skipped)
+        self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
+        streams = StreamWatcher(self.run_dir)
+        self.grants = MemoryGrants(self.memory, streams, self.operators, self.heartbeat)
+        self.policy = policy
+        self.launcher = Launcher(self.ctx, self.operators, self.backend, pool, self.memory, policy, self.grants,
+                                 self.run_dir, self.run_id, self.stats.launch_log)
+        self.completions = Completions(self.ctx, self.flow, self.partitions, self.lineage, self.launcher, self.grants)
+        self.liveness = Liveness(self.ctx, streams, self.backend, policy)
+        create_run_dir(self.ctx.block_dir, self.run_id)
+        warn_if_block_dir_small(self.ctx)
+        if self.committer is not None:
+            self.committer.claim_staging()
+        if self.ctx.progress_interval_s:
+            _ensure_progress_visible()
+        self._thread = threading.Thread(target=self._run, name=f"streambatch-{self.run_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def release(self, ref: BlockRef, delete: bool = True) -> None:
+        """Called by the consumer once it no longer needs an output block.
+
+        ``delete=False`` keeps the file (materialize) but frees its memory budget.
+        """
+        self.flow.release(ref, delete)
+
+    def read_output(self, ref: BlockRef):
+        """Read an output block in the consumer (driver); rebuild it by lineage if its file is gone."""
+        try:
+            return read_block(ref)
+        except FileNotFoundError:
+            self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds)
+            return read_block(ref)
+
+    def shutdown(self) -> None:
+        """Stop launching and cancel running jobs (the consumer stopped early)."""
+        self._stop.set()
+        self.backend.cancel()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    # -- the loop ---------------------------------------------------------------
+    def _run(self) -> None:
+        error: BaseException | None = None
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            error = exc
+        finally:
+            if error is not None or self.launcher.launches:
+                self.backend.cancel()
+                self._await_cancelled(CANCEL_WAIT_S)
+            if self.committer is not None:
+                self.committer.cleanup()
+            self.stats.finish(self.operators, self.memory.peak)
+            self.stats.failed_partitions = list(self.partitions.failures.values())
+            if self.ctx.progress_interval_s:
+                for op in self.operators:
+                    log.info("%s", progress_line(op, final=True))
+            self.outputs.put(error if error is not None else DONE)
+
+    def _await_cancelled(self, bound_s: float) -> None:
+        """Wait, at most ``bound_s``, for cancelled jobs to end: a task that started just
+        before the cancel would otherwise stage files after the cleanup removed them."""
+        deadline = time.monotonic() + bound_s
+        while self.launcher.launches and time.monotonic() < deadline:
+            outcome = self.launcher.next_outcome(timeout=0.1)
+            if outcome is not None:
+                self.launcher.launches.pop(outcome.launch_id, None)
+        if self.launcher.launches:
+            log.warning("%d Spark job(s) of run %s did not end within %.0f s of being cancelled; their staged files "
+                        "are swept by the next write", len(self.launcher.launches), self.run_id, bound_s)
+
+    def _loop(self) -> None:
+        last_tick = last_progress = time.monotonic()
+        self.stats.start()
+        while not self._stop.is_set():
+            self._collect(timeout=0.02)
+            self.grants.follow(self.flow.emit)
+            self.completions.check_failures()  # commits can fail partitions too (schema mismatch)
+            self.liveness.enforce_timeouts(self.launcher.launches)
+            self.liveness.check_stalled(self.operators, self.memory, self.heartbeat)
+            if all(op.done for op in self.operators):
+                return
+            now = time.monotonic()
+            if now - last_tick >= self.ctx.budget_update_interval_s:
+                self.policy.replenish(self.operators, now - last_tick)
+                last_tick = now
+            self.flow.advance()
+            self._schedule()
+            self.liveness.preempt(self.operators, self.launcher.launches, self.heartbeat)
+            if self.ctx.progress_interval_s and now - last_progress >= self.ctx.progress_interval_s:
+                last_progress = now
+                for op in self.operators:
+                    log.info("%s", progress_line(op))
+        raise StreamBatchError("execution was stopped before it finished")
+
+    def _schedule(self) -> None:
+        """Sources launch as the policy allows; then free slots go to the operator it picks."""
+        source, rest = self.operators[0], self.operators[1:]
+        while True:
+            if source.has_input() and self.policy.may_launch(source) and source.usable_slots() > 0:
+                self.launcher.launch(source)
+                continue
+            chosen = self.policy.pick([op for op in rest if op.runs_tasks and op.has_input()
+                                       and op.usable_slots() > 0 and self.policy.may_launch(op)])
+            if chosen is None:
+                return
+            self.launcher.launch(chosen)
+
+    def _collect(self, timeout: float) -> None:
+        if not self.launcher.launches:
+            time.sleep(timeout)
+            return
+        outcome = self.launcher.next_outcome(timeout)
+        while outcome is not None:
+            self.grants.follow(self.flow.emit, grant=False)  # blocks announced just before the job ended
+            launch, results = self.launcher.finish(outcome)
+            self.liveness.job_ended(outcome.launch_id)
+            self.heartbeat.beat()
+            self.completions.job_finished(launch, results, outcome.error)
+            outcome = self.launcher.next_outcome(0)

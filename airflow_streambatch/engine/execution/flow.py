@@ -1,0 +1,77 @@
+"""Block flow: how a block moves from the operator that produced it to the next one.
+
+A produced block is accounted in the ledger (it counts against memory), then handed
+to the next operator (`Operator.accept`) or, after the last, to the consumer's
+queue. A block of a failed partition, or produced upstream of a satisfied limit, is
+released at once. The driver holds `BlockRef`s only; a block's file is deleted once
+the task that consumed it has finished.
+"""
+
+from __future__ import annotations
+
+import queue
+
+from airflow_streambatch.engine.execution.memory import BlockLedger
+from airflow_streambatch.engine.execution.operators import Operator
+from airflow_streambatch.engine.execution.partitions import PartitionTracker
+from airflow_streambatch.engine.worker.blocks import BlockRef
+
+
+class BlockFlow:
+    def __init__(self, operators: list[Operator], ledger: BlockLedger, partitions: PartitionTracker,
+                 outputs: queue.Queue):
+        self.operators = operators
+        self.ledger = ledger
+        self.partitions = partitions
+        self.outputs = outputs
+
+    def emit(self, op: Operator, ref: BlockRef, owned: bool = True) -> None:
+        """A block produced by ``op`` (``owned=False``: it belongs to someone else, never deleted)."""
+        if owned:
+            self.ledger.add(op, ref)
+        if op.cut or self.partitions.is_failed(ref.partitions):
+            self.release(ref)
+        else:
+            self.deliver(op.index + 1, ref)
+
+    def deliver(self, index: int, ref: BlockRef) -> None:
+        if index == len(self.operators):
+            self.outputs.put(ref)
+        else:
+            self.operators[index].accept(ref, self)
+
+    def queue(self, op: Operator, ref: BlockRef) -> None:
+        self.partitions.hold(ref)
+        op.inputs.append(ref)
+
+    def release(self, ref: BlockRef, delete: bool = True) -> None:
+        self.partitions.drop(ref)
+        self.ledger.release(ref, delete)
+
+    def retarget(self, whole: BlockRef, part: BlockRef) -> None:
+        self.ledger.retarget(whole, part)
+
+    def cut_upstream(self, limit_index: int) -> None:
+        """A limit is reached: nothing upstream of it needs to run any more."""
+        for op in self.operators[:limit_index]:
+            op.cut = True
+            op.clear_pending(self)
+        self.operators[limit_index].upstream_done = True
+
+    def drop_partition(self, partition: int) -> None:
+        """A failed partition: its queued blocks and pending work are dropped, never committed."""
+        for op in self.operators:
+            for ref in op.drop_partition(partition):
+                self.release(ref)
+
+    def propagate_done(self) -> None:
+        for upstream, op in zip(self.operators, self.operators[1:]):
+            if upstream.done:
+                op.upstream_done = True
+
+    def advance(self) -> None:
+        """Pass completion downstream and let operators act on it (repartition barriers)."""
+        self.propagate_done()
+        for op in self.operators:
+            op.advance(self)
+        self.propagate_done()

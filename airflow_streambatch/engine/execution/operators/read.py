@@ -1,0 +1,62 @@
+"""Read: the source that launches one read task per input partition.
+
+Partitions an earlier run committed from the same input are skipped (a resumed
+write); the rest are registered with the partition tracker, which commits each
+once all of its blocks have left the pipeline.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from airflow_streambatch.engine.execution.commit import check_resumable
+from airflow_streambatch.engine.execution.operators.base import Operator
+from airflow_streambatch.engine.worker.task_runner import TaskSpec
+
+
+class ReadOperator(Operator):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pending_reads: deque[tuple[int, object]] = deque()  # (input partition, ReadTask)
+
+    def start(self, flow, partitions, committer, skipped: dict) -> None:
+        """Plan the read tasks; queue those whose partition is not committed yet."""
+        read = self.physical.read
+        slots = max(1, self.pool.slots_for(0, self.compute))
+        tasks = read.datasource.plan(slots, read.override_num_blocks, self.ctx.target_max_block_size)
+        done = committer.committed() if committer else {}
+        if committer is not None:
+            committer.set_reference_schema(committer.scan())
+        for index, task in enumerate(tasks):
+            record = done.get(index)
+            if record is None:
+                self.pending_reads.append((index, task))
+                partitions.add_read(index, task.label, task.identity)
+            else:
+                check_resumable(committer.path, index, record, task)
+                skipped[index] = record  # committed by an earlier run from the same input
+        self.estimates.initial_output_bytes = sum(t.estimated_bytes for t in tasks) / max(1, len(tasks))
+        self.upstream_done = True
+
+    def _has_new_work(self) -> bool:
+        return bool(self.pending_reads)
+
+    def _pending(self) -> int:
+        return len(self.pending_reads)
+
+    def _new_task(self) -> TaskSpec:
+        index, read_task = self.pending_reads.popleft()
+        return TaskSpec(task_key=f"p{index:05d}", partitions=(index,), read_task=read_task)
+
+    def next_task_output_estimate(self, pessimistic: bool = False) -> float:
+        if self.probing:
+            return float(self.pending_reads[0][1].estimated_bytes if self.pending_reads else 0)
+        return self.estimates.output_for_input(0, pessimistic)
+
+    def clear_pending(self, flow) -> None:
+        self.pending_reads.clear()
+        super().clear_pending(flow)
+
+    def drop_partition(self, partition: int) -> list:
+        self.pending_reads = deque((i, t) for i, t in self.pending_reads if i != partition)
+        return super().drop_partition(partition)

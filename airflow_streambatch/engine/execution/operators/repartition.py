@@ -1,0 +1,75 @@
+"""Repartition: a barrier, then one task per output block that re-cuts the rows.
+
+Once all its input is in, the input is cut into ``num_blocks`` row ranges. The
+ranges are slices of the input blocks (no data moves in the driver); each becomes
+one task that writes one block. The input blocks are released when the last of
+those tasks is done, since ranges share them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from airflow_streambatch.engine.execution.operators.base import Operator
+from airflow_streambatch.engine.execution.operators.map import block_task
+from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.worker.task_runner import TaskSpec
+
+NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
+
+
+class RepartitionOperator(Operator):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.groups: deque[list[BlockRef]] = deque()  # slice groups, one per task
+        self.barrier_blocks: list[BlockRef] = []  # inputs held until all groups ran
+
+    @property
+    def max_block_bytes(self) -> int:
+        return NO_CUT
+
+    def _has_new_work(self) -> bool:
+        return bool(self.groups)
+
+    def _pending(self) -> int:
+        return len(self.groups) + len(self.inputs)
+
+    def _holding(self) -> bool:
+        return bool(self.barrier_blocks)
+
+    def _new_task_input_bytes(self) -> int:
+        return sum(ref.size_bytes for ref in self.groups[0]) if self.groups else 0
+
+    def _new_task(self) -> TaskSpec:
+        return block_task(self.groups.popleft())
+
+    def clear_pending(self, flow) -> None:
+        self.groups.clear()
+        super().clear_pending(flow)
+
+    def advance(self, flow) -> None:
+        if self.upstream_done and self.inputs and not self.barrier_blocks:
+            self.barrier_blocks = list(self.inputs)
+            self.inputs.clear()
+            total = sum(ref.num_rows for ref in self.barrier_blocks)
+            n = self.physical.num_blocks
+            bounds = [round(i * total / n) for i in range(n + 1)]
+            self.groups.extend(g for g in _slice_rows(self.barrier_blocks, bounds) if g)
+        if self.barrier_blocks and not self.groups and self.running_tasks == 0:
+            for ref in self.barrier_blocks:
+                flow.release(ref)
+            self.barrier_blocks = []
+
+
+def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> list[list[BlockRef]]:
+    """For each output range [bounds[i], bounds[i+1]), the block slices that cover it."""
+    groups: list[list[BlockRef]] = [[] for _ in bounds[:-1]]
+    start = 0
+    for ref in blocks:
+        end = start + ref.num_rows
+        for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            a, b = max(lo, start), min(hi, end)
+            if a < b:
+                groups[i].append(ref.slice(a - start, b - a))
+        start = end
+    return groups

@@ -1,0 +1,110 @@
+"""The planner: turns a logical chain into physical operators, fusing where it may.
+
+The planner fuses each transform into the operator before it when both ask for the
+same resources and concurrency (paper section 4.1): fusing a CPU step into a GPU
+step would make the CPU work hold a GPU, which is what this engine exists to avoid.
+Each physical operator kind is a class; the executor gives each one its runtime
+state (`execution/operators/`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from airflow_streambatch.engine.plan.logical import (
+    InputBlocks,
+    Limit,
+    LogicalOp,
+    Read,
+    Repartition,
+    ResourceRequest,
+    Transform,
+    unique_names,
+)
+from airflow_streambatch.engine.worker.blocks import BlockRef
+
+SOURCE_REQUEST = ResourceRequest.make("read", num_cpus=1)
+
+
+@dataclass
+class PhysicalOp:
+    """One schedulable operator: the unit that gets slots, a queue and statistics."""
+
+    name: str
+    compute: ResourceRequest = SOURCE_REQUEST
+    transforms: list[Transform] = field(default_factory=list)
+
+    runs_tasks: ClassVar[bool] = True  # False: works on block references in the driver
+    fuses_transforms: ClassVar[bool] = False  # later transforms of the same request join its tasks
+
+
+@dataclass
+class ReadOp(PhysicalOp):
+    """Launches read tasks, one per input partition."""
+
+    read: Read | None = None
+    fuses_transforms: ClassVar[bool] = True
+
+
+@dataclass
+class InputBlocksOp(PhysicalOp):
+    """Emits blocks that already exist (a materialized dataset); runs no tasks."""
+
+    blocks: tuple[BlockRef, ...] = ()
+    lineage: dict = field(default_factory=dict)
+    runs_tasks: ClassVar[bool] = False
+
+
+@dataclass
+class MapOp(PhysicalOp):
+    """Runs its fused transforms over bundles of input blocks."""
+
+    fuses_transforms: ClassVar[bool] = True
+
+
+@dataclass
+class LimitOp(PhysicalOp):
+    """Passes on the first ``limit`` rows, slicing block references in the driver."""
+
+    limit: int = 0
+    runs_tasks: ClassVar[bool] = False
+
+
+@dataclass
+class RepartitionOp(PhysicalOp):
+    """A barrier, then one task per output block that re-cuts the input's rows."""
+
+    num_blocks: int = 1
+
+
+def _source(op: Read | InputBlocks) -> PhysicalOp:
+    if isinstance(op, Read):
+        return ReadOp(f"Read{op.datasource.name}", read=op)
+    return InputBlocksOp("InputBlocks", blocks=op.blocks, lineage=op.lineage)
+
+
+def plan(logical: list[LogicalOp], fuse: bool = True) -> list[PhysicalOp]:
+    """Physical operators for a logical chain, fusing equal-resource neighbours."""
+    source, *rest = logical
+    ops = [_source(source)]
+    for op in rest:
+        last = ops[-1]
+        if isinstance(op, Transform):
+            if fuse and last.fuses_transforms and last.compute == op.compute:
+                last.transforms.append(op)
+                last.name = f"{last.name}->{op.name}"
+            else:
+                ops.append(MapOp(op.name, compute=op.compute, transforms=[op]))
+        elif isinstance(op, Limit):
+            if isinstance(last, LimitOp):
+                last.limit = min(last.limit, op.n)
+            else:
+                ops.append(LimitOp(f"Limit[{op.n}]", limit=op.n))
+        elif isinstance(op, Repartition):
+            ops.append(RepartitionOp(f"Repartition[{op.num_blocks}]", num_blocks=op.num_blocks))
+        else:  # pragma: no cover - the Dataset API builds only the kinds above
+            raise TypeError(f"unknown logical operator {op!r}")
+    for op, name in zip(ops, unique_names([o.name for o in ops])):
+        op.name = name
+    return ops

@@ -1,0 +1,127 @@
+"""The Spark session the engine runs on: starting or joining it, shipping this package
+to its executors, and reading how many execution slots it offers."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import site
+import sys
+import sysconfig
+import tempfile
+import threading
+import zipfile
+
+from pyspark.sql import SparkSession
+
+from airflow_streambatch.engine.spark.java import ensure_java
+
+_session_lock = threading.Lock()
+# py4j logs every finished job thread's connection at INFO; that drowns the progress lines.
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def get_spark(min_slots: int = 0) -> SparkSession:
+    """The active SparkSession, or a local one with at least ``min_slots`` task slots."""
+    with _session_lock:
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            return active
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        ensure_java()
+        slots = max(os.cpu_count() or 1, int(min_slots))
+        spark = (
+            SparkSession.builder.master(f"local[{slots}]")
+            .appName("airflow-streambatch")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.scheduler.mode", "FAIR")
+            .config("spark.python.worker.reuse", "true")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("WARN")
+        return spark
+
+
+_shipped: set[tuple[str, str]] = set()  # (application id, top-level module) already added
+
+
+def _zip_package(package_dir: str) -> str:
+    name = os.path.basename(package_dir.rstrip(os.sep))
+    archive = os.path.join(tempfile.mkdtemp(prefix="streambatch-pyfiles-"), f"{name}.zip")
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for folder, _, files in os.walk(package_dir):
+            for file_name in files:
+                if file_name.endswith(".py"):
+                    path = os.path.join(folder, file_name)
+                    zf.write(path, os.path.relpath(path, os.path.dirname(package_dir.rstrip(os.sep))))
+    return archive
+
+
+def _add_py_files(spark: SparkSession, module_name: str) -> None:
+    """``addPyFile`` the top-level module or package of ``module_name`` (once per application)."""
+    sc = spark.sparkContext
+    top = module_name.split(".")[0]
+    if (sc.applicationId, top) in _shipped:
+        return
+    path = getattr(importlib.import_module(top), "__file__", None)
+    if path is None:
+        return  # a namespace package: nothing to zip
+    if os.path.basename(path) == "__init__.py":
+        sc.addPyFile(_zip_package(os.path.dirname(path)))
+    else:
+        sc.addPyFile(path)
+    _shipped.add((sc.applicationId, top))
+
+
+def ship_package(spark: SparkSession) -> None:
+    """Make this package importable on a cluster's executors (once per application).
+
+    Tasks run ``airflow_streambatch.engine.tasks`` on the executors' Python workers,
+    so a cluster whose workers do not have the package installed gets it as a zip
+    through ``addPyFile``, the way ``spark-submit --py-files`` ships code. Local
+    masters share the driver's interpreter and need nothing.
+    """
+    if not spark.sparkContext.master.startswith("local"):
+        _add_py_files(spark, "airflow_streambatch")
+
+
+def ship_user_module(spark: SparkSession, module_name: str) -> None:
+    """Make a user's pipeline module importable by Spark's Python workers, local ones included.
+
+    Airflow puts the DAG folder on the task's ``sys.path`` but not in ``PYTHONPATH``,
+    so Python workers could not import a pipeline module that lives there, nor the
+    UDF classes it defines (cloudpickle refers to them by module name). Modules
+    installed in site-packages are left alone: workers import them like the driver.
+    """
+    top = module_name.split(".")[0]
+    path = getattr(importlib.import_module(top), "__file__", None) or ""
+    installed = any(path.startswith(p) for p in (*site.getsitepackages(), sysconfig.get_paths()["stdlib"]))
+    if path and not installed and top != "airflow_streambatch":
+        _add_py_files(spark, top)
+
+
+def slots_from_spark(spark: SparkSession) -> dict[str, float]:
+    """Execution slots Spark offers: task slots as CPU, executor GPUs as GPU."""
+    sc = spark.sparkContext
+    conf = sc.getConf()
+    slots: dict[str, float] = {"CPU": float(sc.defaultParallelism)}
+    gpus_per_executor = float(conf.get("spark.executor.resource.gpu.amount", "0"))
+    if gpus_per_executor and not sc.master.startswith("local["):
+        executors = max(1, len(sc._jsc.sc().getExecutorMemoryStatus()) - 1)
+        slots["GPU"] = gpus_per_executor * executors
+    return slots
+
+
+def spark_task_slots(spark: SparkSession) -> int:
+    """Spark tasks that run at once: ``local[N]`` threads, else the executors' cores
+    (Spark's default parallelism), divided by ``spark.task.cpus``."""
+    sc = spark.sparkContext
+    local = re.match(r"local(?:\[(\d+|\*)(?:,\d+)?\])?$", sc.master)
+    if local:
+        cores = 1 if local.group(1) is None else (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1))
+    else:
+        cores = sc.defaultParallelism
+    return max(1, cores // max(1, int(sc.getConf().get("spark.task.cpus", "1"))))

@@ -1,0 +1,105 @@
+"""How transforms run inside a task, on executors: UDF calls, stateful UDF instances,
+and the GPUs a task may see. Plan nodes (`plan/logical.py`) delegate here.
+
+A class passed as ``fn`` is a stateful UDF: it is built once per Python worker
+process (Spark reuses workers between tasks) and kept in ``_INSTANCES`` under the
+operator's id and the task's GPU ids, so a model loads once per worker and device.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_streambatch.engine.worker.batches import from_udf_output, rebatch, rows_to_table, to_format
+
+# (operator uid, gpu ids) -> constructed stateful UDF, per Python worker process.
+_INSTANCES: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+@dataclass
+class TaskEnv:
+    """What a running task knows about where it runs."""
+
+    gpu_ids: tuple[str, ...] = ()
+    task_key: str = ""
+    run_id: str = ""
+    partitions: tuple[int, ...] = ()
+    written: list[tuple[str, int, int]] = field(default_factory=list)  # sink files: (path, rows, bytes)
+
+
+def _udf(transform, env: TaskEnv) -> Callable:
+    """The function to call: ``fn`` itself, or this worker's instance of a stateful UDF class."""
+    if not inspect.isclass(transform.fn):
+        return transform.fn
+    key = (transform.uid, env.gpu_ids)
+    instance = _INSTANCES.get(key)
+    if instance is None:
+        instance = transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
+        _INSTANCES[key] = instance
+    return instance
+
+
+def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
+    """``MapBatches``: the UDF over batches of ``batch_size`` rows in ``batch_format``."""
+    fn = _udf(transform, env)
+    for batch in rebatch(tables, transform.batch_size):
+        out = fn(to_format(batch, transform.batch_format), *transform.fn_args, **transform.fn_kwargs)
+        if inspect.isgenerator(out):
+            for item in out:
+                yield from_udf_output(item, transform.name)
+        else:
+            yield from_udf_output(out, transform.name)
+
+
+def map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
+    """``MapRows``: ``map``, ``flat_map`` or ``filter`` of one row (a dict) at a time."""
+    fn, name = transform.fn, transform.name
+    keys = None  # the first output row's keys: every later row of the task must match them
+    for table in tables:
+        rows = table.to_pylist()
+        if transform.kind == "filter":
+            mask = [bool(fn(row)) for row in rows]
+            if any(mask):
+                yield table.filter(pa.array(mask))
+            continue
+        if transform.kind == "map":
+            out = [fn(row) for row in rows]
+        else:
+            out = []
+            for row in rows:
+                produced = fn(row)
+                if isinstance(produced, dict) or not hasattr(produced, "__iter__"):
+                    raise TypeError(f"{name} must return an iterable of dict rows, got {type(produced).__name__}")
+                out.extend(produced)
+        if out:
+            if keys is None and isinstance(out[0], dict):
+                keys = frozenset(out[0])
+            yield rows_to_table(out, name, keys)
+
+
+def chain(transforms: list, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
+    """Run fused transforms one after another, lazily."""
+    for transform in transforms:
+        tables = transform.apply(tables, env)
+    return tables
+
+
+_SET_BY_US = "STREAMBATCH_SET_CUDA_VISIBLE_DEVICES"
+
+
+def gpu_env(gpu_ids: tuple[str, ...]) -> None:
+    """Expose only the task's GPUs to frameworks that honour CUDA_VISIBLE_DEVICES.
+
+    Workers are reused across operators, so a CPU task undoes what a GPU task set.
+    """
+    if gpu_ids:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        os.environ[_SET_BY_US] = "1"
+    elif os.environ.pop(_SET_BY_US, None):
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
