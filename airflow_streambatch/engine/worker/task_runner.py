@@ -14,16 +14,19 @@ import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from pyspark import cloudpickle
 
+from airflow_streambatch.engine.errors import is_disk_full
 from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef, read_block, write_block
 from airflow_streambatch.engine.worker.staging import StagedFile
-from airflow_streambatch.engine.plan.datasource import ReadTask
-from airflow_streambatch.engine.errors import is_disk_full
 from airflow_streambatch.engine.worker.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream, TaskYielded
 from airflow_streambatch.engine.worker.udf import TaskEnv, chain, gpu_env
-from airflow_streambatch.engine.plan.logical import Transform
+
+if TYPE_CHECKING:  # plan nodes arrive pickled; the worker only calls their methods
+    from airflow_streambatch.engine.plan.datasource import ReadTask
+    from airflow_streambatch.engine.plan.logical import Transform
 
 
 @dataclass
@@ -42,7 +45,7 @@ class OperatorPayload:
 class TaskSpec:
     """One task: its stable key, what it reads, and the partitions it descends from.
 
-    ``stream`` names the task's output stream (`streams.py`) when the driver watches
+    ``stream`` names the task's output stream (`worker/streams.py`) when the driver watches
     it: the task may then write ``granted`` blocks before it must wait for a grant,
     and skips the first ``skip_blocks``, which an earlier attempt delivered.
     """
