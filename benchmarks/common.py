@@ -41,15 +41,13 @@ def parse_args(description: str, extra: dict[str, dict] | None = None) -> argpar
 def spark_session(task_slots: int, driver_memory: str = "4g", conf: dict | None = None):
     from pyspark.sql import SparkSession
 
+    from airflow_streambatch.engine.spark.session import with_spark_defaults
+
     builder = (
         SparkSession.builder.master(f"local[{task_slots}]")
         .appName("streambatch-benchmarks")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.scheduler.mode", "FAIR")
-        .config("spark.driver.memory", driver_memory)
+        .config(map=with_spark_defaults({"spark.driver.memory": driver_memory, **(conf or {})}))
     )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -155,13 +153,16 @@ class PeakMemory:
         self._thread.join()
 
 
+_engine_scope = contextlib.ExitStack()  # holds the current run's `DataContext.scoped`
+
+
 def engine_context(**settings):
     """A fresh DataContext, installed as current, for one benchmark run."""
     from airflow_streambatch.engine import DataContext
 
     ctx = DataContext(progress_interval_s=0, **settings)
-    DataContext._set_current(ctx)
-    return ctx
+    _engine_scope.close()  # the previous run's context stops being current
+    return _engine_scope.enter_context(ctx.scoped())
 
 
 def warm_up(task_slots: int) -> None:

@@ -41,12 +41,12 @@ def airflow_db():
 def spark():
     from pyspark.sql import SparkSession
 
+    from airflow_streambatch.engine.spark.session import with_spark_defaults
+
     session = (
         SparkSession.builder.master(f"local[{SPARK_SLOTS}]")
         .appName("airflow-streambatch-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.scheduler.mode", "FAIR")
+        .config(map=with_spark_defaults({"spark.ui.enabled": "false"}))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -59,8 +59,6 @@ def ctx(spark, tmp_path):
     """A fresh DataContext per test, with blocks under the test's tmp dir."""
     from airflow_streambatch.engine import DataContext
 
-    previous = DataContext.get_current()
     context = DataContext(block_dir=str(tmp_path / "blocks"), progress_interval_s=0, resources={"CPU": SPARK_SLOTS})
-    DataContext._set_current(context)
-    yield context
-    DataContext._set_current(previous)
+    with context.scoped():
+        yield context

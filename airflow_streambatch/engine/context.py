@@ -7,10 +7,14 @@ Values are checked when they are set, and errors name the setting to change.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
+
+from airflow_streambatch.engine.errors import check_positive_int
 
 MiB = 1024 * 1024
 
@@ -62,11 +66,14 @@ class DataContext:
         user) suits local Spark; set a shared filesystem path for clusters. It must
         be owned by the user running Spark and not writable by group or others.
     :param group_scheduling: launch ready tasks of one operator as one Spark job
-        (Drizzle), sized by AIMD to keep scheduling overhead under
-        ``scheduling_overhead_bound``.
-    :param scheduling_overhead_bound: fraction of a Spark job's wall time that may go
-        to overhead before the group grows. Default 0.1.
-    :param max_group_size: most tasks one Spark job may carry. Default 64.
+        (Drizzle), each Spark partition running several tasks in turn. `GroupSizer`
+        (``engine/spark/group_sizer.py``) picks that depth from the measured job overhead:
+        ``ceil(job overhead / (scheduling_overhead_bound * task time))``, at most
+        ``max_group_size`` and no more than the ready tasks per slot. Off: one task per partition.
+    :param scheduling_overhead_bound: the share of a task's work that a Spark job's
+        overhead may cost it; a lower bound packs more tasks into one job. Default 0.1.
+    :param max_group_size: most tasks one Spark partition may run in turn (the depth
+        cap of group scheduling). Default 64.
     :param budget_update_interval_s: how often Algorithm 2 replenishes the source
         budget. Default 1 s, as in the paper.
     :param progress_interval_s: seconds between progress lines on the
@@ -116,9 +123,22 @@ class DataContext:
             cls._global = cls()
         return cls._global
 
-    @classmethod
-    def _set_current(cls, ctx: DataContext | None) -> None:
-        cls._global = ctx
+    @contextlib.contextmanager
+    def scoped(self, **overrides) -> Iterator[DataContext]:
+        """Make this context (or, with ``overrides``, a copy of it that has them) the current
+        one for a ``with`` block; the previous current context is restored when the block
+        ends, by an exception too. Yields the context that is current inside the block::
+
+            with DataContext.get_current().scoped(memory_limit=2 << 30) as ctx:
+                ds.write_parquet(path)  # runs with ctx
+        """
+        ctx = self.copy(**overrides) if overrides else self
+        previous = DataContext._global
+        DataContext._global = ctx
+        try:
+            yield ctx
+        finally:
+            DataContext._global = previous
 
     def copy(self, **changes) -> DataContext:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -134,14 +154,12 @@ _POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "st
 
 def _validate(name: str, value) -> None:
     if name in _POSITIVE_INTS:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"DataContext.{name} must be a positive integer, got {value!r}")
+        check_positive_int(value, f"DataContext.{name}")
     elif name in _POSITIVE_FLOATS:
         if not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"DataContext.{name} must be a positive number, got {value!r}")
     elif name in ("max_task_retries", "max_failed_partitions"):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"DataContext.{name} must be an integer >= 0, got {value!r}")
+        check_positive_int(value, f"DataContext.{name}", allow_zero=True)
     elif name == "task_timeout_s" and value is not None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"DataContext.task_timeout_s must be a positive number of seconds or None, got {value!r}")

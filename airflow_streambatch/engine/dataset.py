@@ -18,6 +18,7 @@ from airflow_streambatch.engine.worker.batches import check_batch_format, rebatc
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.execution.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.execution.partitions import WRITE_MODES, WriteResult, prepare_write, warn_if_partial
@@ -25,12 +26,6 @@ from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Read, Re
 from airflow_streambatch.engine.plan.planner import plan
 from airflow_streambatch.engine.execution.stats import RunStats
 from airflow_streambatch.engine.plan.logical import ResourceRequest, MapBatches, MapRows, WriteFiles, describe
-
-
-def _positive_int(value, what: str, allow_zero: bool = False) -> None:
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{what} must be an integer >= {low}, got {value!r}")
 
 
 class _Batches:
@@ -42,8 +37,7 @@ class _Batches:
     def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "pyarrow") -> Iterator:
         """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format``."""
         check_batch_format(batch_format, "iter_batches")
-        if batch_size is not None:
-            _positive_int(batch_size, "iter_batches: batch_size")
+        check_positive_int(batch_size, "iter_batches: batch_size", allow_none=True)
         for batch in rebatch(self._iter_tables(), batch_size):
             yield to_format(batch, batch_format)
 
@@ -110,12 +104,12 @@ class Dataset(_Batches):
 
     def limit(self, n: int) -> Dataset:
         """The first ``n`` rows to arrive; upstream work stops once they have."""
-        _positive_int(n, "limit(n): n", allow_zero=True)
+        check_positive_int(n, "limit(n): n", allow_zero=True)
         return self._with(Limit(n))
 
     def repartition(self, num_blocks: int) -> Dataset:
         """Exactly ``num_blocks`` blocks of near-equal row counts (waits for all input)."""
-        _positive_int(num_blocks, "repartition(num_blocks): num_blocks")
+        check_positive_int(num_blocks, "repartition(num_blocks): num_blocks")
         return self._with(Repartition(num_blocks))
 
     # -- execution ----------------------------------------------------------------
@@ -166,7 +160,7 @@ class Dataset(_Batches):
 
     def iter_split(self, n: int) -> list[DataIterator]:
         """``n`` iterators that share one execution; each takes the next block when it is ready."""
-        _positive_int(n, "iter_split(n): n")
+        check_positive_int(n, "iter_split(n): n")
         coordinator = _SplitCoordinator(self, n)
         return [DataIterator(coordinator, i) for i in range(n)]
 

@@ -69,3 +69,17 @@ class PartialResultWarning(UserWarning):
 def is_disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` is a write that found no space left (tasks report it; the driver decides)."""
     return getattr(exc, "errno", None) == errno.ENOSPC or "No space left on device" in str(exc)
+
+
+def check_positive_int(value, what: str, *, allow_zero: bool = False, allow_none: bool = False) -> None:
+    """Raise `ValueError` naming ``what`` (the setting or argument) and ``value`` unless ``value`` is an
+    integer >= 1 (>= 0 with ``allow_zero``; ``None`` passes with ``allow_none``). Booleans are not integers here.
+
+    The one check behind every count the engine takes (block counts, batch sizes, concurrency,
+    ``DataContext`` sizes), so they all refuse the same values with the same kind of message.
+    """
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
+        wanted = "an integer >= 0" if allow_zero else "a positive integer"
+        raise ValueError(f"{what} must be {wanted}{' or None' if allow_none else ''}, got {value!r}")

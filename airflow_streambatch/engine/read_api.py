@@ -17,7 +17,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from airflow_streambatch.engine.dataset import Dataset, _positive_int
+from airflow_streambatch.engine.dataset import Dataset
+from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan.datasource import (
     READ_BATCH_ROWS,
     Datasource,
@@ -32,10 +33,7 @@ from airflow_streambatch.engine.filesystems import resolve
 
 
 def _check_blocks(override_num_blocks, where: str) -> None:
-    if override_num_blocks is not None and (
-        not isinstance(override_num_blocks, int) or isinstance(override_num_blocks, bool) or override_num_blocks <= 0
-    ):
-        raise ValueError(f"{where}: override_num_blocks must be a positive integer, got {override_num_blocks!r}")
+    check_positive_int(override_num_blocks, f"{where}: override_num_blocks", allow_none=True)
 
 
 def _file_source(source: Datasource, paths) -> Datasource:
@@ -235,5 +233,5 @@ def from_items(items: list, *, override_num_blocks: int | None = None) -> Datase
 def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001 - Ray Data's name
     """Integers ``0 .. n-1`` in an ``id`` column."""
     _check_blocks(override_num_blocks, "range")
-    _positive_int(n, "range: n", allow_zero=True)
+    check_positive_int(n, "range: n", allow_zero=True)
     return Dataset([Read(range_datasource(n), override_num_blocks)])

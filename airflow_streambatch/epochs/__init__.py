@@ -5,6 +5,7 @@ Airflow-facing sensor and operator build on it, and it imports no Airflow."""
 from airflow_streambatch.epochs.checkpoint import EpochChangedError, EpochCheckpoint, EpochRecord, PartitionStatus
 from airflow_streambatch.epochs.frontier import (
     FRONTIERS,
+    FrontierSpec,
     MarkerFile,
     PartitionDirectory,
     Quiescence,
@@ -20,6 +21,7 @@ __all__ = [
     "EpochCheckpoint",
     "EpochManifest",
     "EpochRecord",
+    "FrontierSpec",
     "InputPartition",
     "MarkerFile",
     "PartitionDirectory",

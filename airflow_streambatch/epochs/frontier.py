@@ -98,19 +98,55 @@ class Quiescence:
 FRONTIERS = ("marker", "watermark", "directory", "quiescence")
 
 
+@dataclass(frozen=True)
+class FrontierSpec:
+    """Which frontier an epoch waits for, as the sensor's arguments say: what `EpochSensor`,
+    `EpochTrigger` (through `to_dict`/`from_dict`, its serialized form) and `make_frontier` share.
+
+    :param kind: one of `FRONTIERS`.
+    :param input_path: the epoch's input directory or glob.
+    :param marker_path: ``kind="marker"``: the marker file; default ``<input_path>/_SUCCESS``.
+    :param watermark_path: ``kind="watermark"`` (required): a file holding an ISO-8601 timestamp.
+    :param quiet_period_s: ``kind="quiescence"``: seconds the listing must stay unchanged (> 0).
+    """
+
+    kind: str
+    input_path: str
+    marker_path: str | None = None
+    watermark_path: str | None = None
+    quiet_period_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FRONTIERS:
+            raise ValueError(f"frontier={self.kind!r} is not one of {FRONTIERS}")
+        if self.kind == "watermark" and not self.watermark_path:
+            raise ValueError("frontier='watermark' needs watermark_path: a file holding an ISO-8601 timestamp")
+        if self.kind == "quiescence" and self.quiet_period_s <= 0:
+            raise ValueError(f"quiet_period must be positive for frontier='quiescence', got {self.quiet_period_s}")
+
+    def to_dict(self) -> dict:
+        """The spec under the sensor's and trigger's keyword names (``frontier``, ``input_path``, ...)."""
+        return {"frontier": self.kind, "input_path": self.input_path, "marker_path": self.marker_path,
+                "watermark_path": self.watermark_path, "quiet_period_s": self.quiet_period_s}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FrontierSpec:
+        """The inverse of `to_dict`."""
+        return cls(kind=data["frontier"], input_path=data["input_path"], marker_path=data.get("marker_path"),
+                   watermark_path=data.get("watermark_path"), quiet_period_s=data.get("quiet_period_s", 300.0))
+
+    def build(self):
+        """The frontier object (`MarkerFile`, `Watermark`, `PartitionDirectory` or `Quiescence`)."""
+        if self.kind == "marker":
+            return MarkerFile(self.marker_path or f"{self.input_path.rstrip('/')}/_SUCCESS")
+        if self.kind == "watermark":
+            return Watermark(self.watermark_path)
+        if self.kind == "directory":
+            return PartitionDirectory(self.input_path)
+        return Quiescence(self.quiet_period_s)
+
+
 def make_frontier(kind: str, input_path: str, *, marker_path: str | None = None, watermark_path: str | None = None,
                   quiet_period_s: float = 300.0):
-    """The frontier a sensor's arguments describe (``kind`` is one of `FRONTIERS`)."""
-    if kind == "marker":
-        return MarkerFile(marker_path or f"{input_path.rstrip('/')}/_SUCCESS")
-    if kind == "watermark":
-        if not watermark_path:
-            raise ValueError("frontier='watermark' needs watermark_path: a file holding an ISO-8601 timestamp")
-        return Watermark(watermark_path)
-    if kind == "directory":
-        return PartitionDirectory(input_path)
-    if kind == "quiescence":
-        if quiet_period_s <= 0:
-            raise ValueError(f"quiet_period must be positive for frontier='quiescence', got {quiet_period_s}")
-        return Quiescence(quiet_period_s)
-    raise ValueError(f"frontier={kind!r} is not one of {FRONTIERS}")
+    """The frontier a sensor's arguments describe (``kind`` is one of `FRONTIERS`); see `FrontierSpec`."""
+    return FrontierSpec(kind, input_path, marker_path, watermark_path, quiet_period_s).build()

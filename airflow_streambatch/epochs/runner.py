@@ -166,29 +166,26 @@ def run_epoch(
     for name, value in (context_overrides or {}).items():
         setattr(ctx, name, value)
     ctx.max_failed_partitions = len(manifest.partitions)  # isolate every failure; the epoch reports them
-    previous_ctx = DataContext.get_current()
-    DataContext._set_current(ctx)
-    try:
-        ship_user_module(get_spark(), fn.__module__)
-        ds = fn(read_epoch(manifest, input_format), manifest, **(pipeline_kwargs or {}))
-        if not isinstance(ds, Dataset):
-            raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "
-                            f"got {type(ds).__name__}")
-        # "resume": commit records decide what is left, so a retry or a Clear runs only what is missing
-        write = getattr(ds, f"write_{output_format}")
-        with warnings.catch_warnings():  # failed partitions are the epoch record's to report
-            warnings.simplefilter("ignore", PartialResultWarning)
-            result: WriteResult = write(output_path, mode="resume", on_commit=committed_now)
-    except BaseException as exc:  # noqa: BLE001 - timeouts and SIGTERM too: the record must not say running
-        record.status, record.reason = "failed", stop_reason(exc)
-        log.error("epoch %s..%s stopped: %s", manifest.interval_start, manifest.interval_end, record.reason)
-        checkpoint.save(record)
-        if on_progress is not None:
-            with contextlib.suppress(Exception):  # the task state store is for the UI: never mask the cause
-                on_progress(record)
-        raise
-    finally:
-        DataContext._set_current(previous_ctx)
+    with ctx.scoped():
+        try:
+            ship_user_module(get_spark(), fn.__module__)
+            ds = fn(read_epoch(manifest, input_format), manifest, **(pipeline_kwargs or {}))
+            if not isinstance(ds, Dataset):
+                raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "
+                                f"got {type(ds).__name__}")
+            # "resume": commit records decide what is left, so a retry or a Clear runs only what is missing
+            write = getattr(ds, f"write_{output_format}")
+            with warnings.catch_warnings():  # failed partitions are the epoch record's to report
+                warnings.simplefilter("ignore", PartialResultWarning)
+                result: WriteResult = write(output_path, mode="resume", on_commit=committed_now)
+        except BaseException as exc:  # noqa: BLE001 - timeouts and SIGTERM too: the record must not say running
+            record.status, record.reason = "failed", stop_reason(exc)
+            log.error("epoch %s..%s stopped: %s", manifest.interval_start, manifest.interval_end, record.reason)
+            checkpoint.save(record)
+            if on_progress is not None:
+                with contextlib.suppress(Exception):  # the task state store is for the UI: never mask the cause
+                    on_progress(record)
+            raise
 
     for failure in result.failed:
         record.partitions[failure.partition] = PartitionStatus.failed(failure.partition, failure)

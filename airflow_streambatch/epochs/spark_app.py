@@ -21,8 +21,10 @@ import logging
 import signal
 import sys
 
+from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
+from airflow_streambatch.engine.spark.session import SPARK_DEFAULTS
 from airflow_streambatch.epochs.manifest import EpochManifest
 from airflow_streambatch.epochs.runner import run_epoch
 
@@ -43,8 +45,15 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with open(argv[0]) as f:
         spec = json.load(f)
-    # spark-submit passed the master and conf; the engine picks up this active session
-    spark = SparkSession.builder.appName(spec.get("app_name", "airflow-streambatch")).getOrCreate()
+    # spark-submit passed the master and conf (the hook's properties file carries SPARK_DEFAULTS under the
+    # connection's settings); defaults it lacks (a hand-made spark-submit) are added, what it set wins.
+    # The engine picks up this active session.
+    submitted = SparkConf()
+    builder = SparkSession.builder.appName(spec.get("app_name", "airflow-streambatch"))
+    for key, value in SPARK_DEFAULTS.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         record = run_epoch(

@@ -41,7 +41,8 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_streambatch.engine.spark.java import ensure_java
-from airflow_streambatch.engine.spark.session import get_spark
+from airflow_streambatch.engine.spark.session import get_spark, with_spark_defaults
+from airflow_streambatch.engine.worker.files import atomic_write
 
 # Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
 # Azure account keys and SAS tokens, credentials and key files. Keys (or values) it matches
@@ -73,11 +74,11 @@ def properties_file(conf: dict[str, str]) -> Iterator[str]:
     private = tempfile.mkdtemp(prefix="streambatch-conf-")
     try:
         path = os.path.join(private, "spark.properties")
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
-            if os.path.isfile(defaults):
-                with open(defaults, encoding="utf-8") as d:
-                    f.write(d.read() + "\n")
-            f.writelines(f"{_escape(k)}={_escape(v)}\n" for k, v in conf.items())
+        text = ""
+        if os.path.isfile(defaults):
+            with open(defaults, encoding="utf-8") as d:
+                text = d.read() + "\n"
+        atomic_write(path, text + "".join(f"{_escape(k)}={_escape(v)}\n" for k, v in conf.items()))
         yield path
     finally:
         shutil.rmtree(private, ignore_errors=True)
@@ -170,7 +171,7 @@ class StreamBatchHook(BaseHook):
 
         if SparkSession.getActiveSession() is not None or self.master is None:
             return get_spark()
-        conf = {"spark.scheduler.mode": "FAIR", "spark.ui.showConsoleProgress": "false", **self.conf}
+        conf = with_spark_defaults(self.conf)
         os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
         ensure_java()
         builder = SparkSession.builder.master(self.master).appName(self.app_name)
@@ -213,11 +214,10 @@ class StreamBatchHook(BaseHook):
             "PYTHONPATH": os.pathsep.join([*(python_path or []), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         }
         ensure_java()  # sets JAVA_HOME in this process's environment, which spark-submit inherits
-        conf = self.conf  # masks the secrets before SparkSubmitHook logs anything
+        conf = with_spark_defaults(self.conf)  # masks the secrets before SparkSubmitHook logs anything
         with properties_file(conf) as props:
             spec_path = os.path.join(os.path.dirname(props), "epoch.json")
-            with os.fdopen(os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-                json.dump(spec, f)
+            atomic_write(spec_path, json.dumps(spec))
             hook = SparkSubmitHook(conn_id=self.streambatch_conn_id, conf={}, properties_file=props,
                                    name=self.app_name, application_args=[spec_path], env_vars=env, **submit_kwargs)
             self.submit_hook = hook  # the operator's on_kill stops the driver through it

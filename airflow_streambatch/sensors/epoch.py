@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_streambatch.epochs.frontier import FRONTIERS, make_frontier
+from airflow_streambatch.epochs.frontier import FrontierSpec
 from airflow_streambatch.epochs.sensing import check_epoch
 from airflow_streambatch.triggers.epoch import EpochTrigger
 
@@ -83,10 +83,7 @@ class EpochSensor(BaseSensorOperator):
                  watermark_path: str | None = None, quiet_period: float | timedelta = 300.0,
                  deferrable: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if frontier not in FRONTIERS:
-            raise ValueError(f"EpochSensor(frontier={frontier!r}) must be one of {FRONTIERS}")
-        if frontier == "watermark" and not watermark_path:
-            raise ValueError("EpochSensor(frontier='watermark') needs watermark_path")
+        # the arguments stay attributes: template_fields renders them in place before execute
         self.input_path = input_path
         self.frontier = frontier
         self.marker_path = marker_path
@@ -94,17 +91,23 @@ class EpochSensor(BaseSensorOperator):
         self.quiet_period_s = _seconds(quiet_period)
         self.deferrable = deferrable
         self._state: dict | None = None
+        try:
+            self.frontier_spec  # noqa: B018 - checked when the DAG is parsed, not at the first poke
+        except ValueError as exc:
+            raise ValueError(f"EpochSensor {self.task_id}: {exc}") from None
 
-    def _frontier(self):
-        return make_frontier(self.frontier, self.input_path, marker_path=self.marker_path,
-                             watermark_path=self.watermark_path, quiet_period_s=self.quiet_period_s)
+    @property
+    def frontier_spec(self) -> FrontierSpec:
+        """The frontier this sensor waits for, from its arguments as they are now (rendered, in execute)."""
+        return FrontierSpec(self.frontier, self.input_path, self.marker_path, self.watermark_path,
+                            self.quiet_period_s)
 
     def poke(self, context: Context) -> PokeReturnValue:
         # reschedule mode pokes from a new process each time: keep quiescence's state in the task state store
         store = context.get("task_state_store")
         state = store.get(STATE_KEY) if store is not None else self._state
         start, end = epoch_interval(context)
-        manifest, state = check_epoch(self._frontier(), self.input_path, start, end, state, time.time())
+        manifest, state = check_epoch(self.frontier_spec.build(), self.input_path, start, end, state, time.time())
         self._state = state
         if store is not None and state is not None:
             store.set(STATE_KEY, state)
@@ -131,10 +134,8 @@ class EpochSensor(BaseSensorOperator):
             return first.xcom_value
         start, end = epoch_interval(context)
         self.defer(
-            trigger=EpochTrigger(input_path=self.input_path, frontier=self.frontier, interval_start=start,
-                                 interval_end=end, marker_path=self.marker_path, watermark_path=self.watermark_path,
-                                 quiet_period_s=self.quiet_period_s, poll_interval=_seconds(self.poke_interval),
-                                 state=self._state),
+            trigger=EpochTrigger.for_spec(self.frontier_spec, interval_start=start, interval_end=end,
+                                          poll_interval=_seconds(self.poke_interval), state=self._state),
             method_name="execute_complete",
             timeout=timedelta(seconds=_seconds(self.timeout)) if self.timeout else None,
         )

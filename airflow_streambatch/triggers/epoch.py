@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_streambatch.epochs.frontier import make_frontier
+from airflow_streambatch.epochs.frontier import FrontierSpec
 from airflow_streambatch.epochs.sensing import check_epoch
 
 
@@ -19,47 +19,49 @@ class EpochTrigger(BaseTrigger):
     The event is ``{"status": "passed", "manifest": {...}}``, or ``{"status": "error",
     "message": ...}`` when a check raised (a malformed watermark, an unreadable path).
     Filesystem calls run in a thread so the triggerer's event loop never blocks.
+
+    The frontier arguments are those of `FrontierSpec` (``spec``), under the sensor's
+    keyword names; `for_spec` builds a trigger from a spec.
     """
 
     def __init__(self, *, input_path: str, frontier: str, interval_start: str, interval_end: str,
                  marker_path: str | None = None, watermark_path: str | None = None, quiet_period_s: float = 300.0,
                  poll_interval: float = 30.0, state: dict | None = None) -> None:
         super().__init__()
-        self.input_path = input_path
-        self.frontier = frontier
+        self.spec = FrontierSpec(frontier, input_path, marker_path, watermark_path, quiet_period_s)
         self.interval_start = interval_start
         self.interval_end = interval_end
-        self.marker_path = marker_path
-        self.watermark_path = watermark_path
-        self.quiet_period_s = quiet_period_s
         self.poll_interval = poll_interval
         self.state = state
+
+    @classmethod
+    def for_spec(cls, spec: FrontierSpec, *, interval_start: str, interval_end: str, poll_interval: float = 30.0,
+                 state: dict | None = None) -> EpochTrigger:
+        return cls(**spec.to_dict(), interval_start=interval_start, interval_end=interval_end,
+                   poll_interval=poll_interval, state=state)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "input_path": self.input_path, "frontier": self.frontier, "interval_start": self.interval_start,
-                "interval_end": self.interval_end, "marker_path": self.marker_path,
-                "watermark_path": self.watermark_path, "quiet_period_s": self.quiet_period_s,
+                **self.spec.to_dict(), "interval_start": self.interval_start, "interval_end": self.interval_end,
                 "poll_interval": self.poll_interval, "state": self.state,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        frontier = make_frontier(self.frontier, self.input_path, marker_path=self.marker_path,
-                                 watermark_path=self.watermark_path, quiet_period_s=self.quiet_period_s)
+        frontier = self.spec.build()
         state = self.state
         while True:
             try:
-                manifest, state = await asyncio.to_thread(check_epoch, frontier, self.input_path,
+                manifest, state = await asyncio.to_thread(check_epoch, frontier, self.spec.input_path,
                                                           self.interval_start, self.interval_end, state, time.time())
             except Exception as exc:  # reported to the sensor, which fails with it
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return
             if manifest is not None:
                 self.log.info("Epoch %s..%s passed its %s frontier with %d input file(s)", self.interval_start,
-                              self.interval_end, self.frontier, len(manifest.partitions))
+                              self.interval_end, self.spec.kind, len(manifest.partitions))
                 yield TriggerEvent({"status": "passed", "manifest": manifest.to_dict()})
                 return
             await asyncio.sleep(self.poll_interval)

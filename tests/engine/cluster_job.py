@@ -61,12 +61,14 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from airflow_streambatch.engine.spark.session import with_spark_defaults
+
     here = os.path.dirname(os.path.abspath(__file__))
     spark = (
         SparkSession.builder.master(master).appName("streambatch-cluster-test")
         .config("spark.executor.cores", "2").config("spark.cores.max", "4").config("spark.executor.memory", "512m")
         .config("spark.pyspark.python", sys.executable).config("spark.executorEnv.PYTHONPATH", here)
-        .config("spark.ui.enabled", "false").config("spark.scheduler.mode", "FAIR")
+        .config(map=with_spark_defaults({"spark.ui.enabled": "false"}))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -74,13 +76,13 @@ def main() -> None:
 
     ctx = sb.DataContext(block_dir=block_dir, max_failed_partitions=max_failed, progress_interval_s=2,
                          resources={"CPU": 4})
-    sb.DataContext._set_current(ctx)
     partitions = len(os.listdir(source))  # one input partition per file
     ds = sb.read_parquet(source, override_num_blocks=partitions).map_batches(
         Work, fn_constructor_args=(mode, markers, sleep_s))
     started = time.time()
     try:
-        result = ds.write_parquet(output, mode="resume")
+        with ctx.scoped():
+            result = ds.write_parquet(output, mode="resume")
         summary = {"committed": sorted(result.committed), "skipped": sorted(result.skipped),
                    "failed": [{"partition": f.partition, "label": f.label, "error": f.error} for f in result.failed]}
     except sb.PartitionsFailedError as exc:

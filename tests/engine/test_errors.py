@@ -22,7 +22,7 @@ def test_unknown_batch_format_names_operator_and_choices():
         (lambda: sb.range(3).map_batches(lambda b: b, num_gpus=-1), "num_gpus must be a number >= 0"),
         (lambda: sb.range(3).map_batches(lambda b: b, concurrency=0), "concurrency must be a positive integer"),
         (lambda: sb.range(3).limit(-2), r"limit\(n\): n must be an integer >= 0"),
-        (lambda: sb.range(3).repartition(0), "num_blocks must be an integer >= 1"),
+        (lambda: sb.range(3).repartition(0), "num_blocks must be a positive integer"),
         (lambda: sb.range(-1), "n must be an integer >= 0"),
         (lambda: sb.range(3, override_num_blocks=-4), "override_num_blocks must be a positive integer"),
         (lambda: sb.range(3).map_batches(lambda b: b, fn_constructor_args=(1,)), "apply only when fn is a class"),

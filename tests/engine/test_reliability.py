@@ -130,8 +130,8 @@ import airflow_streambatch.engine as sb
 sys.path.insert(0, {tests!r})
 from test_reliability import slow
 ctx = sb.DataContext(block_dir={blocks!r}, progress_interval_s=0, resources={{"CPU": 2}})
-sb.DataContext._set_current(ctx)
-sb.range(120, override_num_blocks=12).map_batches(slow).write_parquet({out!r}, mode="resume")
+with ctx.scoped():
+    sb.range(120, override_num_blocks=12).map_batches(slow).write_parquet({out!r}, mode="resume")
 """
 
 

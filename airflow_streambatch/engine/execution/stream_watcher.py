@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.worker.blocks import STREAM_DIR, BlockRef
+from airflow_streambatch.engine.worker.files import atomic_write
 
 
 class ForgedStreamRecordError(StreamBatchError):
@@ -135,8 +136,4 @@ class StreamWatcher:
 
     def grant(self, task: WatchedTask, blocks: int) -> None:
         task.granted = blocks
-        tmp = os.path.join(self.dir, f"{task.name}.grant.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(str(blocks))
-        os.replace(tmp, os.path.join(self.dir, f"{task.name}.grant"))
+        atomic_write(os.path.join(self.dir, f"{task.name}.grant"), str(blocks))  # the task polls it

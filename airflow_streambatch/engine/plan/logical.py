@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan.datasource import Datasource
 from airflow_streambatch.engine.worker import udf
 from airflow_streambatch.engine.worker.batches import check_batch_format
@@ -46,8 +47,7 @@ class ResourceRequest:
             request[key] = float(value)
         if isinstance(concurrency, tuple):  # Ray's (min, max) actor pool form: we cap at max
             concurrency = concurrency[-1]
-        if concurrency is not None and (not isinstance(concurrency, int) or concurrency <= 0):
-            raise ValueError(f"{where}: concurrency must be a positive integer, got {concurrency!r}")
+        check_positive_int(concurrency, f"{where}: concurrency", allow_none=True)
         if sum(request.values()) == 0:
             raise ValueError(f"{where}: a task must request some resource (num_cpus, num_gpus or resources)")
         return cls(tuple(sorted((k, v) for k, v in request.items() if v)), concurrency)
@@ -80,8 +80,7 @@ class MapBatches(Transform):
 
     def __post_init__(self):
         check_batch_format(self.batch_format, self.name)
-        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size <= 0):
-            raise ValueError(f"{self.name}: batch_size must be a positive integer or None, got {self.batch_size!r}")
+        check_positive_int(self.batch_size, f"{self.name}: batch_size", allow_none=True)
         if not callable(self.fn):
             raise TypeError(f"{self.name}: fn must be a function or a class, got {type(self.fn).__name__}")
         if not inspect.isclass(self.fn) and (self.fn_constructor_args or self.fn_constructor_kwargs):
@@ -99,11 +98,13 @@ class MapRows(Transform):
     kind: str = "map"  # map | flat_map | filter
 
     def __post_init__(self):
+        if self.kind not in udf.ROW_OPERATIONS:
+            raise ValueError(f"{self.name}: kind must be one of {sorted(udf.ROW_OPERATIONS)}, got {self.kind!r}")
         if not callable(self.fn):
             raise TypeError(f"{self.name}: fn must be callable, got {type(self.fn).__name__}")
 
     def apply(self, tables, env):
-        return udf.map_rows(self, tables, env)
+        return udf.ROW_OPERATIONS[self.kind](self, tables, env)
 
 
 @dataclass
@@ -111,7 +112,7 @@ class WriteFiles(Transform):
     """A sink: stages each task's rows as one file of its input partition.
 
     Yields no rows: the files travel back to the driver as task metadata, and the
-    driver commits each partition once all of its tasks are done (`commit.py`).
+    driver commits each partition once all of its tasks are done (`execution/commit.py`).
     """
 
     path: str = ""

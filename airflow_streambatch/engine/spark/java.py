@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import MutableMapping
 
 from airflow_streambatch.engine.errors import StreamBatchError
+from airflow_streambatch.engine.worker.files import atomic_write
 
 _WRAPPER = """#!/usr/bin/env bash
 # Spark's launcher asks for a module this trimmed JRE does not have; drop that argument.
@@ -39,11 +39,7 @@ def _wrapped_home(runtime: str) -> str:
     text = _WRAPPER.format(java=os.path.join(runtime, "bin", "java"))
     if not os.path.exists(java) or _read(java) != text:
         os.makedirs(os.path.dirname(java), exist_ok=True)
-        tmp = f"{java}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.chmod(tmp, os.stat(tmp).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        os.replace(tmp, java)
+        atomic_write(java, text, mode=0o755)
     return home
 
 

@@ -18,6 +18,25 @@ from pyspark.sql import SparkSession
 
 from airflow_streambatch.engine.spark.java import ensure_java
 
+# What every session the engine runs on should have; set in one place for get_spark, the hook's
+# client-mode driver and spark-submit runs, the tests and the benchmarks. Settings a user gives
+# (a connection's conf, spark_conf) win over these: merge them with `with_spark_defaults`.
+SPARK_DEFAULTS: dict[str, str] = {
+    # jobs run at once, each in a FAIR pool named after its operator (`backend.py`), so CPU and GPU work share executors
+    "spark.scheduler.mode": "FAIR",
+    # console progress bars interleave with the engine's own progress lines
+    "spark.ui.showConsoleProgress": "false",
+    # Spark's default, stated: a stateful UDF's instance lives in its Python worker across tasks (`worker/udf.py`)
+    "spark.python.worker.reuse": "true",
+}
+SPARK_LOG_LEVEL = "WARN"  # `SparkContext.setLogLevel` of sessions the engine starts (tests and benchmarks: ERROR)
+
+
+def with_spark_defaults(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """`SPARK_DEFAULTS` with ``conf`` on top: explicit settings win."""
+    return {**SPARK_DEFAULTS, **(conf or {})}
+
+
 _session_lock = threading.Lock()
 # py4j logs every finished job thread's connection at INFO; that drowns the progress lines.
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -36,12 +55,10 @@ def get_spark(min_slots: int = 0) -> SparkSession:
         spark = (
             SparkSession.builder.master(f"local[{slots}]")
             .appName("airflow-streambatch")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.scheduler.mode", "FAIR")
-            .config("spark.python.worker.reuse", "true")
+            .config(map=SPARK_DEFAULTS)
             .getOrCreate()
         )
-        spark.sparkContext.setLogLevel("WARN")
+        spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
         return spark
 
 

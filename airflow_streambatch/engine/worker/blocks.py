@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
+from airflow_streambatch.engine.worker.files import atomic_output, atomic_write
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
 
 
@@ -63,16 +63,13 @@ class BlockRef:
 
 
 def write_block(table: pa.Table, path: str) -> None:
-    """Write ``table`` as an Arrow IPC file, atomically (temp name, then rename).
+    """Write ``table`` as an Arrow IPC file, atomically (temp name, then rename: `atomic_output`).
 
     The file is created 0600 before Arrow opens it: blocks are the user's data, and
     a shared block directory must not make them readable by other local users.
     """
-    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+    with atomic_output(path) as tmp, pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    os.replace(tmp, path)
 
 
 def read_block(ref: BlockRef) -> pa.Table:
@@ -100,9 +97,7 @@ def create_run_dir(block_dir: str, run_id: str) -> str:
     run_dir = os.path.join(block_dir, f"run-{run_id}")
     os.mkdir(run_dir, 0o700)  # never reuse one: a run id is new, an existing directory is not ours
     os.mkdir(os.path.join(run_dir, STREAM_DIR), 0o700)
-    fd = os.open(os.path.join(run_dir, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(owner_mark())
+    atomic_write(os.path.join(run_dir, OWNER_FILE), owner_mark())  # the sweep never reads half a mark
     return run_dir
 
 

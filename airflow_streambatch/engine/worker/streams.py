@@ -23,7 +23,7 @@ deterministic) but neither writes nor announces them, so nothing is delivered tw
 
 The files are created 0600 in the run's 0700 directory, and the driver still trusts no
 path a stream names: it reads, returns and deletes the blocks announced there, so an
-announced block must be exactly the file the watched task writes (`StreamWatcher.poll`).
+announced block must be exactly the file the watched task writes (`execution/stream_watcher.py`).
 """
 
 from __future__ import annotations

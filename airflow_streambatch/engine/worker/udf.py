@@ -57,30 +57,49 @@ def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator
             yield from_udf_output(out, transform.name)
 
 
-def map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
-    """``MapRows``: ``map``, ``flat_map`` or ``filter`` of one row (a dict) at a time."""
-    fn, name = transform.fn, transform.name
+def filter_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
+    """``filter``: keep the rows (dicts) for which the function is true."""
+    for table in tables:
+        mask = [bool(transform.fn(row)) for row in table.to_pylist()]
+        if any(mask):
+            yield table.filter(pa.array(mask))
+
+
+def _one_row_each(fn, rows: list[dict], name: str) -> list:
+    return [fn(row) for row in rows]
+
+
+def _rows_each(fn, rows: list[dict], name: str) -> list:
+    out = []
+    for row in rows:
+        produced = fn(row)
+        if isinstance(produced, dict) or not hasattr(produced, "__iter__"):
+            raise TypeError(f"{name} must return an iterable of dict rows, got {type(produced).__name__}")
+        out.extend(produced)
+    return out
+
+
+def _rows_to_tables(transform, tables: Iterator[pa.Table], produce) -> Iterator[pa.Table]:
     keys = None  # the first output row's keys: every later row of the task must match them
     for table in tables:
-        rows = table.to_pylist()
-        if transform.kind == "filter":
-            mask = [bool(fn(row)) for row in rows]
-            if any(mask):
-                yield table.filter(pa.array(mask))
-            continue
-        if transform.kind == "map":
-            out = [fn(row) for row in rows]
-        else:
-            out = []
-            for row in rows:
-                produced = fn(row)
-                if isinstance(produced, dict) or not hasattr(produced, "__iter__"):
-                    raise TypeError(f"{name} must return an iterable of dict rows, got {type(produced).__name__}")
-                out.extend(produced)
+        out = produce(transform.fn, table.to_pylist(), transform.name)
         if out:
             if keys is None and isinstance(out[0], dict):
                 keys = frozenset(out[0])
-            yield rows_to_table(out, name, keys)
+            yield rows_to_table(out, transform.name, keys)
+
+
+def map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
+    """``map``: one output row (a dict) per input row."""
+    return _rows_to_tables(transform, tables, _one_row_each)
+
+
+def flat_map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
+    """``flat_map``: any number of output rows per input row."""
+    return _rows_to_tables(transform, tables, _rows_each)
+
+
+ROW_OPERATIONS = {"map": map_rows, "flat_map": flat_map_rows, "filter": filter_rows}
 
 
 def chain(transforms: list, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
