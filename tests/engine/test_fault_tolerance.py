@@ -18,8 +18,6 @@ import airflow_streambatch.engine as sb
 from cluster_job import FailOn, first_time
 
 
-
-
 def _ids(path) -> list[int]:
     return sorted(pq.read_table(str(path))["id"].to_pylist())
 
@@ -58,6 +56,8 @@ def test_user_error_is_retried_and_then_succeeds(ctx, tmp_path):
     result = ds.write_parquet(str(tmp_path / "out"))
     assert not result.failed and len(result.committed) == 10
     assert _ids(tmp_path / "out") == list(range(100))
+    stats = ds.last_run_stats.ops[0]
+    assert (stats.tasks_done, stats.tasks_retried) == (10, 2)  # done counts each task once; retries apart
 
 
 def _kill_worker_once(batch, marker_dir):

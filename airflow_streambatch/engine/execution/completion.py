@@ -48,6 +48,7 @@ class Completions:
                 for spec in specs:
                     spec.alone = True
                     op.retry_specs.append(spec)
+                op.stats.retried(len(specs))
                 return
             message = job_failure_message(error, op.name, specs[0].partitions,
                                           self.ctx.task_timeout_s if launch.timed_out else None)
@@ -56,6 +57,7 @@ class Completions:
         for spec, result in zip(specs, results):
             if result.yielded:  # gave its slot back while waiting for memory: runs again, charged nothing
                 op.retry_specs.append(spec)
+                op.stats.retried()
             elif result.no_space is not None:
                 raise disk_full_error(result.no_space, self.ctx, op.name, spec.partitions)
             elif result.lost_inputs:
@@ -88,6 +90,7 @@ class Completions:
             log.warning("%s: task %s (input partitions %s) failed, retry %d of %d: %s", op.name,
                         spec.task_key, spec.partitions, self._attempts[key], self.ctx.max_task_retries, error)
             op.retry_specs.append(spec)
+            op.stats.retried()
             return
         # fail the partitions before releasing the task's inputs: a partition whose last
         # block is released is committed, and a failed one must never be
@@ -115,3 +118,4 @@ class Completions:
             if ref.block_id in lost:
                 self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds)
         op.retry_specs.append(spec)
+        op.stats.retried()

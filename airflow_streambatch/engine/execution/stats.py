@@ -20,6 +20,7 @@ class OpStats:
     tasks_launched: int = 0
     tasks_done: int = 0  # distinct tasks that succeeded (a task key counts once, however often it ran)
     tasks_rerun: int = 0  # successful runs of a task that had already succeeded (its output counted once)
+    tasks_retried: int = 0  # attempts run again: failed and retried, preempted, or in a Spark job that failed
     blocks_out: int = 0
     rows_out: int = 0  # rows of output blocks; for a writer (fused operators included), rows of its files
     bytes_out: int = 0
@@ -53,6 +54,9 @@ class OpStats:
         self.files_out += len(files)
         self.rows_out += sum(f.rows for f in files)
         self.bytes_out += sum(f.bytes for f in files)
+
+    def retried(self, n: int = 1) -> None:
+        self.tasks_retried += n
 
     def buffered(self, nbytes: int) -> None:
         self.peak_buffered_bytes = max(self.peak_buffered_bytes, nbytes)
@@ -110,6 +114,6 @@ def progress_line(state, final: bool = False) -> str:
     prefix = "done" if final else "running"
     return (
         f"[{prefix}] {s.name}: {s.rows_out} rows, {s.blocks_out} blocks, "
-        f"{s.tasks_done}/{s.tasks_launched} tasks done, {state.running_tasks} running, "
+        f"{s.tasks_done} tasks done ({s.tasks_retried} retried), {state.running_tasks} running, "
         f"{human_bytes(state.buffered_output_bytes)} buffered"
     )
