@@ -57,8 +57,9 @@ class Launcher:
     def launch(self, op: Operator) -> None:
         """Launch a group as one Spark job: one partition per free slot, each running up
         to ``sizer.depth`` tasks in turn (never deeper than the ready tasks need)."""
-        partitions = op.usable_slots()
-        want = partitions * op.sizer.depth(op.estimates.task_s, op.ready_tasks(), self.pool.capacity_for(op.compute))
+        spark_partitions = op.usable_slots()
+        depth = op.sizer.depth(op.estimates.task_s, op.ready_tasks(), self.pool.capacity_for(op.compute))
+        want = spark_partitions * depth
         specs: list[TaskSpec] = []
         reservations: list[float] = []
         while len(specs) < want and op.has_input():
@@ -72,26 +73,26 @@ class Launcher:
             self.policy.on_launch(op, reserved)
             if alone or op.probing:
                 break  # a probe runs alone until its size is known; so does a suspect of a failed job
-        partitions = min(partitions, len(specs))
-        gpu_ids = [self.pool.acquire(op.index, op.compute) for _ in range(partitions)]
+        spark_partitions = min(spark_partitions, len(specs))
+        gpu_ids = [self.pool.acquire(op.index, op.compute) for _ in range(spark_partitions)]
         launch_id = len(self.launch_log)
-        groups: list[list[bytes]] = [[] for _ in range(partitions)]
-        previous: list[str | None] = [None] * partitions  # tasks of a partition run one after another
+        groups: list[list[bytes]] = [[] for _ in range(spark_partitions)]
+        previous: list[str | None] = [None] * spark_partitions  # tasks of a partition run one after another
         for i, (spec, reserved) in enumerate(zip(specs, reservations)):
-            spec.gpu_ids = gpu_ids[i % partitions]
+            spec.gpu_ids = gpu_ids[i % spark_partitions]
             spec.stream = stream_name(op.index, spec.task_key, launch_id)
             input_bytes = sum(ref.size_bytes for ref in spec.inputs)
             spec.granted = int((reserved + input_bytes) // op.block_estimate(input_bytes))
             spec.skip_blocks = self.grants.streamed(op.index, spec.task_key)
             self.grants.watch(WatchedTask(op.index, spec.task_key, spec.stream, spec.granted, reserved,
-                                          input_bytes, after=previous[i % partitions]))
-            previous[i % partitions] = spec.stream
-            groups[i % partitions].append(cloudpickle.dumps(spec))
+                                          input_bytes, after=previous[i % spark_partitions]))
+            previous[i % spark_partitions] = spec.stream
+            groups[i % spark_partitions].append(cloudpickle.dumps(spec))
         op.running_tasks += len(specs)
         op.stats.launched(len(specs))
-        self.launch_log.append((op.index, len(specs), partitions))
+        self.launch_log.append((op.index, len(specs), spark_partitions))
         timeout = self.ctx.task_timeout_s
-        depth = -(-len(specs) // partitions)
+        depth = -(-len(specs) // spark_partitions)  # tasks the busiest Spark partition runs in turn
         deadline = time.monotonic() + timeout * depth if timeout else float("inf")
         self.launches[launch_id] = Launch(op, specs, gpu_ids, deadline)
         self.backend.submit(launch_id, op.name, self.payloads[op.index], groups)
@@ -115,15 +116,15 @@ class Launcher:
         op.running_tasks -= len(specs)
         if outcome.error is not None:
             return launch, None
-        # results come back partition by partition; spec i ran in partition i % partitions
-        partitions = len(launch.gpu_ids)
-        order = [i for p in range(partitions) for i in range(p, len(specs), partitions)]
+        # results come back Spark partition by Spark partition; spec i ran in Spark partition i % spark_partitions
+        spark_partitions = len(launch.gpu_ids)
+        order = [i for p in range(spark_partitions) for i in range(p, len(specs), spark_partitions)]
         results: list[TaskResult] = [None] * len(specs)
         for i, blob in zip(order, outcome.results):
             results[i] = cloudpickle.loads(blob)
-        per_partition_work = [0.0] * partitions
+        per_partition_work = [0.0] * spark_partitions
         for i, result in enumerate(results):
-            per_partition_work[i % partitions] += result.work_s
+            per_partition_work[i % spark_partitions] += result.work_s
         op.sizer.observe(outcome.wall_s, per_partition_work, len(specs))
         return launch, results
 
