@@ -91,6 +91,11 @@ class DataContext:
     :param stall_timeout_s: seconds tasks may wait for memory grants while nothing
         moves (no block written, no task finished, no grant) before the run fails with
         an error that says what each waiting task waits for. Default 300.
+    :param write_lease_timeout_s: seconds a write waits while another live run writes the
+        same output path (holds its ``_lease``) before failing with an error naming that run.
+        Default 0: refuse at once, so a second Airflow run of the same epoch fails fast and
+        its retry (or a later Clear) resumes what the first committed, instead of holding
+        a worker slot while it waits. A lease left by a dead run on this host is taken over.
     """
 
     target_max_block_size: int = 128 * MiB
@@ -109,6 +114,7 @@ class DataContext:
     max_failed_partitions: int = 0
     task_timeout_s: float | None = None
     stall_timeout_s: float = 300.0
+    write_lease_timeout_s: float = 0.0
 
     _global: ClassVar[DataContext | None] = None
 
@@ -163,6 +169,9 @@ def _validate(name: str, value) -> None:
     elif name == "task_timeout_s" and value is not None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"DataContext.task_timeout_s must be a positive number of seconds or None, got {value!r}")
+    elif name == "write_lease_timeout_s":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"DataContext.write_lease_timeout_s must be a number of seconds >= 0, got {value!r}")
     elif name == "progress_interval_s":
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"DataContext.progress_interval_s must be >= 0, got {value!r}")

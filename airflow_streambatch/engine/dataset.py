@@ -19,6 +19,7 @@ from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.execution.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.execution.partitions import WRITE_MODES, WriteResult, prepare_write, warn_if_partial
@@ -205,8 +206,14 @@ class Dataset(_Batches):
         name = f"Write{file_format.capitalize()}"
         sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=path, file_format=file_format)
         written = self._with(sink)
-        for _ in written._iter_refs(on_commit=on_commit, write_mode=mode):
-            pass
+        try:
+            for _ in written._iter_refs(on_commit=on_commit, write_mode=mode):
+                pass
+        except BaseException:
+            unclaimed = write_lease.claim(path)  # the run failed before taking over the lease
+            if unclaimed is not None:
+                unclaimed.release()
+            raise
         executor = written._last_executor
         self._last_stats = written._last_stats
         return WriteResult(path, dict(executor.partitions.committed), dict(executor.skipped),

@@ -25,6 +25,7 @@ from airflow_streambatch.engine.plan.datasource import (
     Fragment,
     expand_paths,
     file_datasource,
+    fragments_datasource,
     items_datasource,
     range_datasource,
 )
@@ -66,25 +67,53 @@ def read_parquet(paths, *, columns: list[str] | None = None, override_num_blocks
     suffixes = (".parquet", ".parq")
 
     def plan(slots: int, override: int | None, target_bytes: int):
-        files = expand_paths(paths, suffixes)
-        reference, expected = _first_readable([path for path, _ in files],
-                                              lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet")
-
-        def reader(fragment: Fragment):
-            with _open(fragment.path) as handle:
-                pf = pq.ParquetFile(handle)
-                if not pf.schema_arrow.equals(expected):
-                    raise ValueError(f"schema drift: {_schema_drift(expected, pf.schema_arrow)} "
-                                     f"(compared with {reference})")
-                groups = list(fragment.row_groups) if fragment.row_groups is not None else None
-                for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
-                    yield pa.Table.from_batches([batch])
-
-        listed = [path for path, _ in files]
-        return file_datasource("Parquet", listed, suffixes, reader, _parquet_row_groups).plan(
-            slots, override, target_bytes)
+        listed = [path for path, _ in expand_paths(paths, suffixes)]
+        return file_datasource("Parquet", listed, suffixes, _parquet_reader(listed, columns),
+                               _parquet_row_groups).plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource("Parquet", plan), paths), override_num_blocks)])
+
+
+def read_parquet_fragments(fragments: list[Fragment], *, columns: list[str] | None = None) -> Dataset:
+    """Parquet partitions decided beforehand: one read task per `Fragment`, in the given order.
+
+    For inputs whose partitioning is frozen elsewhere, such as an epoch manifest that
+    split a large file into row-group ranges: partition ``i`` reads ``fragments[i]`` (a
+    whole file when its ``row_groups`` is None) on every try, so its commit record stays
+    valid. Schemas are checked against the first readable file, as `read_parquet` does.
+    """
+    fragments = list(fragments)
+    if not fragments or not all(isinstance(f, Fragment) for f in fragments):
+        raise ValueError("read_parquet_fragments: fragments must be a non-empty list of "
+                         "airflow_streambatch.engine.plan.datasource.Fragment")
+    files = list(dict.fromkeys(f.path for f in fragments))
+
+    def plan(slots: int, override: int | None, target_bytes: int):
+        return fragments_datasource("Parquet", fragments, _parquet_reader(files, columns)).plan(
+            slots, override, target_bytes)
+
+    return Dataset([Read(_file_source(Datasource("Parquet", plan), files), None)])
+
+
+def _parquet_reader(files: list[str], columns: list[str] | None):
+    """Reads one fragment's row groups (all when None); a file whose schema differs from the first
+    readable file's fails its own partition, naming both files."""
+    reference, expected = _first_readable(files, lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet")
+
+    def reader(fragment: Fragment):
+        with _open(fragment.path) as handle:
+            pf = pq.ParquetFile(handle)
+            if not pf.schema_arrow.equals(expected):
+                raise ValueError(f"schema drift: {_schema_drift(expected, pf.schema_arrow)} "
+                                 f"(compared with {reference})")
+            groups = list(fragment.row_groups) if fragment.row_groups is not None else None
+            if groups and groups[-1] >= pf.metadata.num_row_groups:
+                raise ValueError(f"row group {groups[-1]} asked for, but the file has only "
+                                 f"{pf.metadata.num_row_groups} (it was rewritten after it was partitioned)")
+            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
+                yield pa.Table.from_batches([batch])
+
+    return reader
 
 
 def _first_readable(files: list[str], schema_of, kind: str) -> tuple[str, pa.Schema]:
@@ -108,6 +137,32 @@ def _parquet_row_groups(path: str, size: int) -> list[Fragment]:
     if meta.num_row_groups <= 1:
         return [Fragment(path, size)]
     return [Fragment(path, meta.row_group(i).total_byte_size, (i,)) for i in builtins.range(meta.num_row_groups)]
+
+
+def parquet_row_group_ranges(path: str, max_bytes: int) -> list[tuple[int, int, int]] | None:
+    """``(start, stop, bytes)`` row-group ranges of at most ``max_bytes`` each (compressed, as stored),
+    contiguous and covering the file; None when the file is not one readable Parquet file or
+    fits in one range. Reads the footer only (one small read at the file's end), so listing
+    the partitions of a 10 GiB file costs what a stat does. Row groups are packed in order
+    while they fit, as Spark packs files into ``maxPartitionBytes``; a row group is never
+    cut, so one larger than ``max_bytes`` is a range of its own.
+    """
+    try:
+        with _open(path) as handle:
+            meta = pq.ParquetFile(handle).metadata
+    except (OSError, pa.ArrowException):
+        return None  # not Parquet (or unreadable): the whole file stays one partition, and its read names it
+    sizes = [sum(meta.row_group(i).column(c).total_compressed_size for c in builtins.range(meta.num_columns))
+             for i in builtins.range(meta.num_row_groups)]
+    ranges: list[tuple[int, int, int]] = []
+    start, acc = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and acc + size > max_bytes:
+            ranges.append((start, i, acc))
+            start, acc = i, 0
+        acc += size
+    ranges.append((start, len(sizes), acc))
+    return ranges if len(ranges) > 1 else None
 
 
 def read_csv(paths, *, convert_options: pacsv.ConvertOptions | None = None,

@@ -5,21 +5,28 @@ Three copies with three jobs:
 * the engine's commit records (``<output>/p<partition>/_commit.json``) are the
   authority: a partition is done iff its record exists, whatever else says;
 * the durable epoch record (``<output>/_epoch.json``, this module) freezes the
-  manifest the commits were computed from and summarises every partition, so a
-  clear resumes correctly even where Airflow dropped the task's state, and a rerun
-  over changed inputs is refused instead of mixing two versions of the data;
-* the Task State Store holds the same per-partition summary for the UI and logs
-  (the operator writes it through any object with ``get``/``set``).
+  manifest the commits were computed from and says what became of every partition,
+  so a clear resumes correctly even where Airflow dropped the task's state, and a
+  rerun over changed inputs is refused instead of mixing two versions of the data;
+* the Task State Store holds a bounded summary for the UI and logs (`epochs.summary`).
 
-The record is also the final epoch manifest the operator pushes to XCom.
+The record is a snapshot plus a journal, so a commit costs O(1) however many
+partitions the epoch has: ``_epoch.json`` is written whole only when a run starts,
+ends or stops (and, on filesystems that cannot append, at most every few seconds),
+and in between each commit appends one JSON line to ``<output>/_epoch.log``. `load`
+replays the lines of the snapshot's try over it; a line cut short by a killed driver
+is skipped (its partition's commit record still says it is done, and the next try
+reads those). Each snapshot deletes the journal it has absorbed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import pyarrow.fs as pafs
 
@@ -28,8 +35,11 @@ from airflow_streambatch.engine.errors import PartitionFailure
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.epochs.manifest import EpochManifest
 
+log = logging.getLogger("airflow_streambatch.epochs")
+
 RECORD_NAME = "_epoch.json"
-TRACEBACK_CHARS = 4000  # XCom and the task state store hold JSON; keep tracebacks' tails
+JOURNAL_NAME = "_epoch.log"  # one JSON line per partition committed since the snapshot
+TRACEBACK_CHARS = 4000  # the record is JSON read by people and tools; keep tracebacks' tails
 
 
 class EpochChangedError(ValueError):
@@ -62,6 +72,10 @@ class PartitionStatus:
         return cls(index, failure.label, "failed", operator=failure.operator, error=failure.error,
                    traceback=failure.traceback[-TRACEBACK_CHARS:] or None)
 
+    def to_dict(self) -> dict:
+        """The JSON form (the fields by name; `dataclasses.asdict` is 7x slower at 20,000 partitions)."""
+        return {**self.__dict__, "files": list(self.files)}
+
 
 @dataclass
 class EpochRecord:
@@ -86,20 +100,34 @@ class EpochRecord:
     def by_state(self, state: str) -> list[PartitionStatus]:
         return [p for p in self.partitions if p.state == state]
 
+    def counts(self) -> dict:
+        """Partitions by state, with the committed ones' rows and bytes: one pass over the partitions."""
+        counts = dict.fromkeys(("committed", "committed_this_try", "failed", "pending", "rows", "bytes"), 0)
+        for p in self.partitions:
+            counts[p.state] = counts.get(p.state, 0) + 1
+            if p.state == "committed":
+                counts["committed_this_try"] += p.this_try
+                counts["rows"] += p.rows
+                counts["bytes"] += p.bytes
+        return counts
+
     def summary(self) -> dict:
         """Small enough for an asset event's extra and a log line."""
-        committed = self.by_state("committed")
+        c = self.counts()
         return {
             "interval_start": self.epoch["interval_start"], "interval_end": self.epoch["interval_end"],
             "fingerprint": self.fingerprint, "status": self.status, "reason": self.reason,
             "output_path": self.output_path,
-            "partitions": len(self.partitions), "committed": len(committed),
-            "committed_this_try": sum(p.this_try for p in committed), "failed": len(self.by_state("failed")),
-            "rows": sum(p.rows for p in committed), "bytes": sum(p.bytes for p in committed),
+            "partitions": len(self.partitions), "committed": c["committed"],
+            "committed_this_try": c["committed_this_try"], "failed": c["failed"],
+            "rows": c["rows"], "bytes": c["bytes"],
         }
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The JSON of ``_epoch.json``: every field, partitions as dicts (shares ``epoch`` and ``metrics``)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["partitions"] = [p.to_dict() for p in self.partitions]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> EpochRecord:
@@ -107,30 +135,108 @@ class EpochRecord:
         data["partitions"] = [PartitionStatus(**p) for p in data.get("partitions", [])]
         return cls(**data)
 
+    def apply(self, entry: dict) -> bool:
+        """One journal line over this record: the partition it names takes its state. False when the
+        line is not of this record's try, or names no partition of it (a journal it did not write)."""
+        if entry.get("try") != self.tries:
+            return False
+        status = PartitionStatus(**{k: v for k, v in entry.items() if k not in ("try", "at")})
+        if not 0 <= status.index < len(self.partitions):
+            return False
+        self.partitions[status.index] = status
+        return True
+
+
+def as_uri(path: str) -> str:
+    """A path as a URI for XCom pointers: local paths become ``file://`` URIs, others stay as they are."""
+    return path if "://" in path else f"file://{os.path.abspath(path)}"
+
+
+def record_uri(output_path: str) -> str:
+    """The URI of the epoch record of ``output_path`` (no filesystem is touched)."""
+    return as_uri(f"{output_path.rstrip('/')}/{RECORD_NAME}")
+
 
 class EpochCheckpoint:
-    """Reads and writes the durable epoch record next to an epoch's output."""
+    """Reads and writes the durable epoch record next to an epoch's output: snapshot plus journal."""
 
     def __init__(self, output_path: str):
         self.output_path = output_path.rstrip("/")
         self.fs, root = resolve(self.output_path)
         self.root = root.rstrip("/")
         self.path = f"{self.root}/{RECORD_NAME}"
+        self.journal_path = f"{self.root}/{JOURNAL_NAME}"
+        self.can_append = True  # False once the filesystem refused an append (object stores): snapshots only
+
+    @property
+    def uri(self) -> str:
+        """Where the record is, as a URI (what the bounded XCom summary points to)."""
+        return record_uri(self.output_path)
 
     def load(self) -> EpochRecord | None:
+        """The last snapshot with the journal lines of its try replayed over it (None if none)."""
         if self.fs.get_file_info(self.path).type == pafs.FileType.NotFound:
             return None
         with self.fs.open_input_stream(self.path) as f:
-            return EpochRecord.from_dict(json.loads(f.read()))
+            record = EpochRecord.from_dict(json.loads(f.read()))
+        self.replay(record)
+        return record
+
+    def replay(self, record: EpochRecord) -> int:
+        """Apply the journal to ``record``; the lines applied. A line that does not parse (the last
+        one, cut short by a killed driver) is skipped with a warning: the commit records decide."""
+        try:
+            with self.fs.open_input_stream(self.journal_path) as f:
+                data = f.read()
+        except FileNotFoundError:
+            return 0
+        applied = skipped = 0
+        for line in data.splitlines():
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                applied += record.apply(entry)
+            except (ValueError, TypeError):
+                skipped += 1
+        if skipped:
+            log.warning("%s: skipped %d unreadable line(s) of %s (cut short when a driver was killed); the "
+                        "commit records under %s decide what the next try reruns", self.output_path, skipped,
+                        JOURNAL_NAME, self.output_path)
+        return applied
+
+    def append(self, record: EpochRecord, status: PartitionStatus) -> bool:
+        """Journal one partition's new state with one append of one line; False where the filesystem
+        cannot append (the caller snapshots instead)."""
+        if not self.can_append:
+            return False
+        line = json.dumps({"try": record.tries, "at": round(time.time(), 3), **status.to_dict()},
+                          separators=(",", ":")) + "\n"
+        try:
+            with self.fs.open_append_stream(self.journal_path) as out:
+                out.write(line.encode())
+        except NotImplementedError:  # pyarrow's S3 and GCS filesystems: objects cannot grow
+            self.can_append = False
+            return False
+        return True
 
     def save(self, record: EpochRecord) -> None:
-        """Write through a temporary name, so a killed driver leaves the old record or the new one."""
+        """Snapshot the whole record through a temporary name (a killed driver leaves the old snapshot or the
+        new one), then drop the journal it absorbed (a journal left by a kill in between is of the same try
+        and says nothing the snapshot does not)."""
         record.updated_at = time.time()
         self.fs.create_dir(self.root, recursive=True)
         tmp = f"{self.path}.{uuid.uuid4().hex[:8]}.tmp"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(json.dumps(record.to_dict(), indent=1).encode())
+        with self.fs.open_output_stream(tmp) as out:  # compact: the C encoder, 6x faster than indented
+            out.write(json.dumps(record.to_dict(), separators=(",", ":")).encode())
         self.fs.move(tmp, self.path)
+        self._drop_journal()
+
+    def _drop_journal(self) -> None:
+        try:
+            self.fs.delete_file(self.journal_path)
+        except FileNotFoundError:
+            pass
 
     def wipe(self) -> None:
         """Delete this epoch's committed partitions, their records, staging and the epoch record (a full
@@ -139,8 +245,8 @@ class EpochCheckpoint:
         PartitionCommitter(self.output_path, run_id="wipe").wipe()
         selector = pafs.FileSelector(self.root, allow_not_found=True)
         for info in self.fs.get_file_info(selector):
-            if info.type == pafs.FileType.File and info.base_name.startswith(RECORD_NAME):  # with its .tmp files
-                self.fs.delete_file(info.path)
+            if info.type == pafs.FileType.File and info.base_name.startswith((RECORD_NAME, JOURNAL_NAME)):
+                self.fs.delete_file(info.path)  # with the snapshot's .tmp files
 
     def validate(self, manifest: EpochManifest, full_recompute: bool = False) -> EpochRecord | None:
         """The previous record of this epoch, if its commits may be kept (None after a wipe).

@@ -14,10 +14,12 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_streambatch.engine.filesystems import check_disjoint
-from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, stop_reason
+from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, as_uri, record_uri, stop_reason
 from airflow_streambatch.epochs.manifest import EpochManifest, list_inputs
+from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
 from airflow_streambatch.epochs.runner import check_formats, check_output_apart, load_pipeline, run_epoch
 from airflow_streambatch.epochs.spark_app import spec_for
+from airflow_streambatch.epochs.summary import MAX_FAILED_SHOWN, epoch_summary
 from airflow_streambatch.hooks.streambatch import StreamBatchHook
 from airflow_streambatch.operators.links import EpochOutputLink, SparkUILink
 from airflow_streambatch.sensors.epoch import epoch_interval
@@ -25,9 +27,8 @@ from airflow_streambatch.sensors.epoch import epoch_interval
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-STATE_KEY = "epoch_progress"  # Task State Store: committed and failed partitions of the epoch
+STATE_KEY = "epoch_progress"  # Task State Store: the bounded epoch summary (counts, first failures, pointers)
 DEPLOY_MODES = ("in_process", "spark_submit")
-ERROR_CHARS = 500  # per failed partition in the Task State Store (the epoch record keeps the whole error)
 SUBMIT_GRACE_S = 3.0  # on_kill: how long spark-submit's driver gets to record the interruption (Airflow: 5 s)
 
 
@@ -39,7 +40,10 @@ class EpochPartitionsFailed(AirflowException):
         failed = record.by_state("failed") + record.by_state("pending")
         committed = record.by_state("committed")
         lines = "\n".join(f"  - partition {p.index} ({p.path}) in {p.operator}: {p.error}" if p.state == "failed"
-                          else f"  - partition {p.index} ({p.path}): did not finish" for p in failed)
+                          else f"  - partition {p.index} ({p.path}): did not finish" for p in failed[:MAX_FAILED_SHOWN])
+        if len(failed) > MAX_FAILED_SHOWN:  # the message is the task's error: bounded like its XCom
+            lines += (f"\n  ... and {len(failed) - MAX_FAILED_SHOWN} more, listed with their errors in "
+                      f"{record_uri(record.output_path)}")
         super().__init__(
             f"{len(failed)} of {len(record.partitions)} input partition(s) of epoch {record.epoch['interval_start']}.."
             f"{record.epoch['interval_end']} failed ({len(committed)} committed to {record.output_path} and kept):\n"
@@ -47,10 +51,6 @@ class EpochPartitionsFailed(AirflowException):
             f"Clearing task {task_id} (Airflow UI: Clear; REST: POST /api/v2/dags/{dag_id}/clearTaskInstances), "
             f"or its next retry, reruns only these {len(failed)} partition(s)."
         )
-
-
-def _as_uri(path: str) -> str:
-    return path if "://" in path else f"file://{os.path.abspath(path)}"
 
 
 class StreamBatchOperator(BaseOperator):
@@ -68,9 +68,11 @@ class StreamBatchOperator(BaseOperator):
 
     :param pipeline: ``"module:function"`` (templated) or the function itself.
     :param output_path: the epoch's output directory, e.g. ``/data/out/{{ ds }}`` (templated).
-    :param manifest: the epoch manifest, usually ``EpochSensor(...).output`` (templated).
-        Without it, the files under ``input_path`` are listed when the task first runs
-        and frozen in ``<output_path>/_epoch.json`` for its retries.
+    :param manifest: the epoch manifest, usually ``EpochSensor(...).output`` (templated): the
+        sensor's pointer to the manifest it wrote (read here and checked against its
+        fingerprint), or a whole manifest dict. Without it, the files under ``input_path``
+        are listed when the task first runs and frozen in ``<output_path>/_epoch.json``
+        for its retries.
     :param input_path: the input directory or glob, when no manifest is given (templated).
     :param input_format: ``parquet`` (default), ``csv``, ``json``, ``text`` or ``binary_files``.
     :param output_format: ``parquet`` (default), ``json`` or ``csv``.
@@ -140,7 +142,7 @@ class StreamBatchOperator(BaseOperator):
         manifest = self._epoch_manifest(context)
         check_output_apart(manifest, self.output_path)  # here too: spark-submit's log is not the task's error
         ti = context["ti"]
-        ti.xcom_push(key=EpochOutputLink.xcom_key, value=_as_uri(self.output_path))
+        ti.xcom_push(key=EpochOutputLink.xcom_key, value=as_uri(self.output_path))
         store = context.get("task_state_store")
         self._log_earlier_progress(store, manifest)
 
@@ -172,9 +174,10 @@ class StreamBatchOperator(BaseOperator):
 
         self._save_progress(store, record)
         self._log_outcome(record)
-        result = record.to_dict()
+        # bounded: counts, the first failures and where the record and manifest are (not the record itself)
+        result = epoch_summary(record, manifest_uri=self._manifest_uri)
         if record.status != "succeeded":
-            ti.xcom_push(key="return_value", value=result)  # the final manifest, failures included
+            ti.xcom_push(key="return_value", value=result)  # the outcome, failures included
             raise EpochPartitionsFailed(record, self.task_id, self.dag_id)
         if self.output_asset is not None:
             context["outlet_events"][self.output_asset].extra = record.summary()
@@ -250,10 +253,12 @@ class StreamBatchOperator(BaseOperator):
             checkpoint.save(record)
 
     def _epoch_manifest(self, context: Context) -> EpochManifest:
+        self._manifest_uri = None  # the record's, unless the sensor wrote the manifest somewhere
         if isinstance(self.manifest, str):
             self.manifest = json.loads(self.manifest)
         if self.manifest:
-            return EpochManifest.from_dict(self.manifest)
+            manifest, self._manifest_uri = manifest_from_xcom(self.manifest)
+            return manifest
         if not self.input_path:
             raise ValueError(f"{self.task_id}: give manifest= (e.g. EpochSensor(...).output) or input_path=")
         previous = None if self.full_recompute else EpochCheckpoint(self.output_path).load()
@@ -264,22 +269,15 @@ class StreamBatchOperator(BaseOperator):
 
     # -- progress: the task state store mirrors the commit records ----------------------
     @staticmethod
-    def progress_summary(record: EpochRecord) -> dict:
-        """What the Task State Store keeps: counts, and only the failed partitions by index (with their
-        errors, cut short), so its size does not grow with the epoch's partitions."""
-        s = record.summary()
-        return {
-            "fingerprint": record.fingerprint, "tries": record.tries, "status": record.status,
-            "reason": record.reason, "partitions": s["partitions"], "committed": s["committed"],
-            "committed_this_try": s["committed_this_try"], "rows": s["rows"], "bytes": s["bytes"],
-            "failed": {str(p.index): (p.error or "")[:ERROR_CHARS] for p in record.by_state("failed")},
-        }
+    def progress_summary(record: EpochRecord, manifest_uri: str | None = None) -> dict:
+        """What the Task State Store keeps: the bounded epoch summary without tracebacks (counts, the first
+        failed partitions with their errors cut short, pointers), whatever the epoch's size."""
+        return epoch_summary(record, manifest_uri=manifest_uri, tracebacks=False)
 
-    @classmethod
-    def _save_progress(cls, store, record: EpochRecord) -> None:
+    def _save_progress(self, store, record: EpochRecord) -> None:
         if store is None:
             return
-        store.set(STATE_KEY, cls.progress_summary(record))
+        store.set(STATE_KEY, self.progress_summary(record, getattr(self, "_manifest_uri", None)))
 
     def _log_earlier_progress(self, store, manifest: EpochManifest) -> None:
         earlier = store.get(STATE_KEY) if store is not None else None
@@ -288,11 +286,12 @@ class StreamBatchOperator(BaseOperator):
                           manifest.interval_end, len(manifest.partitions), manifest.fingerprint)
             return
         committed = earlier.get("committed", 0)  # a count; a list of indexes in records of older versions
+        failed = earlier.get("failed", 0)  # a count; {index: error} in records of older versions
         self.log.info("Epoch %s..%s: the task state store holds try %s (%s): %d partition(s) committed, %d failed; "
                       "the commit records under %s decide what reruns", manifest.interval_start,
                       manifest.interval_end, earlier.get("tries"), earlier.get("status"),
-                      committed if isinstance(committed, int) else len(committed), len(earlier.get("failed", {})),
-                      self.output_path)
+                      committed if isinstance(committed, int) else len(committed),
+                      failed if isinstance(failed, int) else len(failed), self.output_path)
 
     def _log_outcome(self, record: EpochRecord) -> None:
         s = record.summary()

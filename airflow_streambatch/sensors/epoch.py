@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.epochs.frontier import FrontierSpec
+from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest
+from airflow_streambatch.epochs.manifest_store import default_manifest_dir, freeze, manifest_from_xcom
 from airflow_streambatch.epochs.sensing import check_epoch
 from airflow_streambatch.triggers.epoch import EpochTrigger
 
@@ -57,11 +60,15 @@ def zero_length_interval_message(context: Context, task_id: str, frontier: str) 
 
 
 class EpochSensor(BaseSensorOperator):
-    """Waits until the input frontier has passed the data interval's end; returns the epoch manifest.
+    """Waits until the input frontier has passed the data interval's end; freezes the epoch manifest.
 
-    The manifest (every input file with path, size and mtime, plus the interval) is
-    this task's XCom ``return_value`` and the lineage root of the epoch: pass
-    ``sensor.output`` to `StreamBatchOperator(manifest=...)`.
+    The manifest (every input partition with path, size and mtime, plus the interval)
+    is the lineage root of the epoch. It is written to durable storage (``manifest_dir``)
+    and this task's XCom ``return_value`` is a pointer to it: interval, fingerprint,
+    counts and ``manifest_uri``, a few hundred bytes however many files the epoch has
+    (a 20,000-file manifest is 2.4 MB). Pass ``sensor.output`` to
+    `StreamBatchOperator(manifest=...)`, which reads the manifest back and checks its
+    fingerprint.
 
     :param input_path: the epoch's input directory or glob, e.g. ``/data/in/{{ ds }}`` (templated).
     :param frontier: how completeness shows: ``marker`` (a file such as ``_SUCCESS``),
@@ -74,14 +81,24 @@ class EpochSensor(BaseSensorOperator):
         a zero-length one, such as ``schedule="@hourly"`` gives; the other frontiers warn.
     :param quiet_period: seconds (or a timedelta) without change, for ``frontier="quiescence"``.
     :param deferrable: wait in the triggerer (`EpochTrigger`) instead of holding a worker slot.
+    :param max_partition_bytes: a Parquet file larger than this becomes several partitions, ranges of
+        its row groups of about this many bytes (Spark's ``spark.sql.files.maxPartitionBytes``, same
+        128 MiB default), each its own read task, commit and unit of retry; ``None`` keeps files whole.
+    :param manifest_dir: where the frozen manifest is written (templated; any path the operator's
+        workers can read, e.g. next to the output: ``/data/out/_manifests``), as
+        ``manifest-<fingerprint>-<interval hash>.json``. Default ``<input_path>/_manifests``
+        (``_``-prefixed: no listing or reader takes it for input). If the default cannot be
+        written (read-only inputs), the whole manifest goes to XCom as before, with a warning
+        naming this setting; a ``manifest_dir`` given here that cannot be written fails the task.
     """
 
-    template_fields: Sequence[str] = ("input_path", "marker_path", "watermark_path")
+    template_fields: Sequence[str] = ("input_path", "marker_path", "watermark_path", "manifest_dir")
     ui_color = "#e8f4ea"
 
     def __init__(self, *, input_path: str, frontier: str = "marker", marker_path: str | None = None,
                  watermark_path: str | None = None, quiet_period: float | timedelta = 300.0,
-                 deferrable: bool = False, **kwargs: Any) -> None:
+                 deferrable: bool = False, max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES,
+                 manifest_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # the arguments stay attributes: template_fields renders them in place before execute
         self.input_path = input_path
@@ -90,6 +107,9 @@ class EpochSensor(BaseSensorOperator):
         self.watermark_path = watermark_path
         self.quiet_period_s = _seconds(quiet_period)
         self.deferrable = deferrable
+        check_positive_int(max_partition_bytes, f"EpochSensor {self.task_id}: max_partition_bytes", allow_none=True)
+        self.max_partition_bytes = max_partition_bytes
+        self.manifest_dir = manifest_dir
         self._state: dict | None = None
         try:
             self.frontier_spec  # noqa: B018 - checked when the DAG is parsed, not at the first poke
@@ -115,10 +135,27 @@ class EpochSensor(BaseSensorOperator):
             self.log.info("Epoch %s..%s: %s frontier not passed yet under %s", start, end, self.frontier,
                           self.input_path)
             return PokeReturnValue(is_done=False)
-        self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s), %d bytes, manifest %s", start, end,
-                      self.frontier, len(manifest.partitions), sum(p.size for p in manifest.partitions),
-                      manifest.fingerprint)
-        return PokeReturnValue(is_done=True, xcom_value=manifest.to_dict())
+        manifest = manifest.split(self.max_partition_bytes)  # large Parquet files as row-group ranges
+        self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s), %d bytes, %d partition(s)",
+                      start, end, self.frontier, len(manifest.files), manifest.total_bytes, len(manifest.partitions))
+        return PokeReturnValue(is_done=True, xcom_value=self._publish(manifest))
+
+    def _publish(self, manifest: EpochManifest) -> dict:
+        """Write the manifest under ``manifest_dir`` and return the pointer that goes to XCom."""
+        directory = self.manifest_dir or default_manifest_dir(self.input_path)
+        try:
+            pointer = freeze(manifest, directory)
+        except OSError as exc:
+            if self.manifest_dir:
+                raise AirflowException(f"EpochSensor {self.task_id}: cannot write the epoch manifest under "
+                                       f"manifest_dir={self.manifest_dir!r}: {exc}") from exc
+            self.log.warning("EpochSensor %s: cannot write the epoch manifest under %s (%s); XCom carries it whole "
+                             "(%d partitions). Set manifest_dir= to a writable path the operator can read.",
+                             self.task_id, directory, exc, len(manifest.partitions))
+            return manifest.to_dict()
+        self.log.info("Epoch manifest %s (%d partitions) written to %s", pointer["fingerprint"],
+                      len(manifest.partitions), pointer["manifest_uri"])
+        return pointer
 
     def execute(self, context: Context) -> Any:
         problem = zero_length_interval_message(context, self.task_id, self.frontier)
@@ -135,7 +172,8 @@ class EpochSensor(BaseSensorOperator):
         start, end = epoch_interval(context)
         self.defer(
             trigger=EpochTrigger.for_spec(self.frontier_spec, interval_start=start, interval_end=end,
-                                          poll_interval=_seconds(self.poke_interval), state=self._state),
+                                          poll_interval=_seconds(self.poke_interval), state=self._state,
+                                          manifest_dir=self.manifest_dir or default_manifest_dir(self.input_path)),
             method_name="execute_complete",
             timeout=timedelta(seconds=_seconds(self.timeout)) if self.timeout else None,
         )
@@ -143,7 +181,7 @@ class EpochSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict:
         if event.get("status") != "passed":
             raise AirflowException(f"EpochSensor {self.task_id} on {self.input_path}: {event.get('message')}")
-        manifest = event["manifest"]
-        self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s)", manifest["interval_start"],
-                      manifest["interval_end"], self.frontier, len(manifest["partitions"]))
-        return manifest
+        manifest, _ = manifest_from_xcom(event.get("manifest_pointer") or event["manifest"])
+        self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s)", manifest.interval_start,
+                      manifest.interval_end, self.frontier, len(manifest.partitions))
+        return self._publish(manifest.split(self.max_partition_bytes))

@@ -10,15 +10,20 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_streambatch.epochs.frontier import FrontierSpec
+from airflow_streambatch.epochs.manifest_store import freeze
 from airflow_streambatch.epochs.sensing import check_epoch
 
 
 class EpochTrigger(BaseTrigger):
     """Polls an epoch's frontier every ``poll_interval`` seconds; fires once with the frozen manifest.
 
-    The event is ``{"status": "passed", "manifest": {...}}``, or ``{"status": "error",
-    "message": ...}`` when a check raised (a malformed watermark, an unreadable path).
-    Filesystem calls run in a thread so the triggerer's event loop never blocks.
+    The event is ``{"status": "passed", "manifest_pointer": {...}}`` when ``manifest_dir``
+    is given (the manifest is written there: a trigger event is stored in Airflow's
+    database, so it stays a few hundred bytes however many files the epoch has),
+    ``{"status": "passed", "manifest": {...}}`` without it or when the write failed, or
+    ``{"status": "error", "message": ...}`` when a check raised (a malformed watermark,
+    an unreadable path). Filesystem calls run in a thread so the triggerer's event loop
+    never blocks.
 
     The frontier arguments are those of `FrontierSpec` (``spec``), under the sensor's
     keyword names; `for_spec` builds a trigger from a spec.
@@ -26,26 +31,27 @@ class EpochTrigger(BaseTrigger):
 
     def __init__(self, *, input_path: str, frontier: str, interval_start: str, interval_end: str,
                  marker_path: str | None = None, watermark_path: str | None = None, quiet_period_s: float = 300.0,
-                 poll_interval: float = 30.0, state: dict | None = None) -> None:
+                 poll_interval: float = 30.0, state: dict | None = None, manifest_dir: str | None = None) -> None:
         super().__init__()
         self.spec = FrontierSpec(frontier, input_path, marker_path, watermark_path, quiet_period_s)
         self.interval_start = interval_start
         self.interval_end = interval_end
         self.poll_interval = poll_interval
         self.state = state
+        self.manifest_dir = manifest_dir
 
     @classmethod
     def for_spec(cls, spec: FrontierSpec, *, interval_start: str, interval_end: str, poll_interval: float = 30.0,
-                 state: dict | None = None) -> EpochTrigger:
+                 state: dict | None = None, manifest_dir: str | None = None) -> EpochTrigger:
         return cls(**spec.to_dict(), interval_start=interval_start, interval_end=interval_end,
-                   poll_interval=poll_interval, state=state)
+                   poll_interval=poll_interval, state=state, manifest_dir=manifest_dir)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
                 **self.spec.to_dict(), "interval_start": self.interval_start, "interval_end": self.interval_end,
-                "poll_interval": self.poll_interval, "state": self.state,
+                "poll_interval": self.poll_interval, "state": self.state, "manifest_dir": self.manifest_dir,
             },
         )
 
@@ -62,6 +68,17 @@ class EpochTrigger(BaseTrigger):
             if manifest is not None:
                 self.log.info("Epoch %s..%s passed its %s frontier with %d input file(s)", self.interval_start,
                               self.interval_end, self.spec.kind, len(manifest.partitions))
-                yield TriggerEvent({"status": "passed", "manifest": manifest.to_dict()})
+                yield TriggerEvent({"status": "passed", **await asyncio.to_thread(self._frozen, manifest)})
                 return
             await asyncio.sleep(self.poll_interval)
+
+    def _frozen(self, manifest) -> dict:
+        """The event's manifest: a pointer to the file written under ``manifest_dir``, or (none given, or it
+        cannot be written) the manifest itself, which the sensor then writes from the worker."""
+        if self.manifest_dir:
+            try:
+                return {"manifest_pointer": freeze(manifest, self.manifest_dir)}
+            except OSError as exc:
+                self.log.warning("cannot write the epoch manifest under %s (%s); the event carries it whole",
+                                 self.manifest_dir, exc)
+        return {"manifest": manifest.to_dict()}

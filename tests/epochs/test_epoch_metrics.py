@@ -60,37 +60,50 @@ def test_each_commit_logs_k_of_n_partitions_committed(ctx, tmp_path, caplog):
         f"{k} of 3 partitions committed" for k in (1, 2, 3)]
 
 
-def test_the_durable_record_is_saved_a_bounded_number_of_times_per_run(ctx, tmp_path, monkeypatch):
-    saves, progress = [], []
-    real_save = EpochCheckpoint.save
+def test_the_durable_record_is_snapshotted_at_start_and_end_and_each_commit_appends_one_line(ctx, tmp_path,
+                                                                                            monkeypatch):
+    saves, appends, progress = [], [], []
+    real_save, real_append = EpochCheckpoint.save, EpochCheckpoint.append
     monkeypatch.setattr(EpochCheckpoint, "save", lambda self, rec: (saves.append(rec.status), real_save(self, rec)))
-    monkeypatch.setattr(runner_module, "SAVE_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(EpochCheckpoint, "append",
+                        lambda self, rec, st: (appends.append(st.index), real_append(self, rec, st))[1])
+    monkeypatch.setattr(runner_module, "PROGRESS_INTERVAL_S", 0.0)  # the task state store after every commit
     record = run_epoch(_manifest(tmp_path, 8), _scored, output_path=str(tmp_path / "out"),
                        on_progress=lambda r: progress.append(r.status))
     assert record.status == "succeeded" and len(record.by_state("committed")) == 8
     assert saves == ["running", "succeeded"]  # was one more per commit: 10 writes of a growing record
-    assert progress == []  # the caller publishes the final record itself
+    assert sorted(appends) == list(range(8)) and progress == ["running"] * 8
+    assert not (tmp_path / "out" / "_epoch.log").exists()  # the final snapshot absorbed the journal
     on_disk = EpochCheckpoint(str(tmp_path / "out")).load()
     assert on_disk.to_dict() == record.to_dict()  # the final record holds every partition all the same
     assert all(p.state == "committed" and p.rows == 100 and p.this_try for p in on_disk.partitions)
 
+    # a filesystem that cannot append (S3, GCS): snapshots instead, at most every PROGRESS_INTERVAL_S
     saves.clear()
-    monkeypatch.setattr(runner_module, "SAVE_INTERVAL_S", 0.0)  # no bound: after every commit, as before
+    monkeypatch.setattr(EpochCheckpoint, "append", lambda self, rec, st: False)
+    monkeypatch.setattr(runner_module, "PROGRESS_INTERVAL_S", 3600.0)
     (tmp_path / "second").mkdir()
-    run_epoch(_manifest(tmp_path / "second", 3), _scored, output_path=str(tmp_path / "second" / "out"),
-              on_progress=lambda r: progress.append(r.status))
-    assert saves == ["running"] * 4 + ["succeeded"] and progress == ["running"] * 3
+    run_epoch(_manifest(tmp_path / "second", 3), _scored, output_path=str(tmp_path / "second" / "out"))
+    assert saves == ["running", "succeeded"]
+    saves.clear()
+    monkeypatch.setattr(runner_module, "PROGRESS_INTERVAL_S", 0.0)
+    (tmp_path / "third").mkdir()
+    run_epoch(_manifest(tmp_path / "third", 3), _scored, output_path=str(tmp_path / "third" / "out"))
+    assert saves == ["running"] * 4 + ["succeeded"]
 
 
-def test_the_task_state_summary_holds_counts_and_failed_partitions_only():
+def test_the_task_state_summary_holds_counts_and_the_first_failed_partitions_only():
     from airflow_streambatch.epochs.checkpoint import EpochRecord, PartitionStatus
     from airflow_streambatch.operators.streambatch import StreamBatchOperator
 
     manifest = EpochManifest("a", "b", [])
     record = EpochRecord.start(manifest, "/out")
     record.partitions = [PartitionStatus(i, f"/in/{i}", "committed", rows=10, bytes=5) for i in range(5000)]
-    record.partitions[7] = PartitionStatus(7, "/in/7", "failed", error="x" * 10_000)
+    record.partitions[7] = PartitionStatus(7, "/in/7", "failed", error="x" * 10_000, traceback="t" * 10_000)
     summary = StreamBatchOperator.progress_summary(record)
     assert summary["partitions"] == 5000 and summary["committed"] == 4999 and summary["rows"] == 49990
-    assert list(summary["failed"]) == ["7"] and len(summary["failed"]["7"]) == 500
-    assert len(str(summary)) < 1000
+    assert summary["failed"] == 1 and summary["failed_left_out"] == 0
+    (failed,) = summary["failed_partitions"]
+    assert failed["index"] == 7 and len(failed["error"]) == 300 and "traceback" not in failed
+    assert summary["record_uri"] == "file:///out/_epoch.json"
+    assert len(str(summary)) < 1500

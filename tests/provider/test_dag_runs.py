@@ -61,6 +61,17 @@ def _task_state(dag_id, task_id) -> dict:
         return {row.key: json.loads(row.value) for row in rows}
 
 
+def _xcoms(dag_id) -> dict:
+    """(task_id, key) -> value of the DAG's XComs (dag.test() keeps one run per logical date)."""
+    from airflow import settings
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    with settings.Session() as session:
+        rows = session.scalars(select(XComModel).where(XComModel.dag_id == dag_id)).all()
+        return {(row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}
+
+
 def _asset_events(uri) -> list[dict]:
     from airflow import settings
     from airflow.models.asset import AssetEvent, AssetModel
@@ -85,8 +96,19 @@ def test_a_failed_partition_fails_the_task_and_a_clear_reruns_only_it(ctx, airfl
     assert "scorer rejects partition(s) [1]" in record["partitions"][1]["error"]
     assert set(_runs(tmp_path)) == {0, 1, 2, 3}
     state = _task_state("sb_epoch", "score")["epoch_progress"]
-    assert state["committed"] == 2 and sorted(state["failed"]) == ["1", "3"] and state["status"] == "failed"
+    assert state["committed"] == 2 and state["failed"] == 2 and state["status"] == "failed"
+    assert [f["index"] for f in state["failed_partitions"]] == [1, 3] and "scorer rejects" in state[
+        "failed_partitions"][0]["error"]
     assert state["partitions"] == 4 and state["rows"] == 200
+    # XCom: the sensor's pointer to the manifest it wrote, the operator's bounded summary (not the record)
+    xcoms = _xcoms("sb_epoch")
+    pointer, outcome = xcoms[("wait_for_epoch", "return_value")], xcoms[("score", "return_value")]
+    assert pointer["manifest_uri"].startswith(f"file://{tmp_path}/in/2026-11-22/_manifests/manifest-")
+    assert pointer["partitions"] == 4 and pointer["fingerprint"] == record["fingerprint"]
+    assert outcome["failed"] == 2 and outcome["pending"] == 0 and outcome["failed_left_out"] == 0
+    assert outcome["record_uri"] == f"file://{tmp_path}/out/2026-11-22/_epoch.json"
+    assert outcome["manifest_uri"] == pointer["manifest_uri"] and "partitions" not in outcome["metrics"]
+    assert len(json.dumps(pointer)) < 1024 and len(json.dumps(outcome)) < 8192
     assert len(_asset_events(SCORES.uri)) == events_before  # a failed epoch emits no asset event
 
     (tmp_path / "fail").unlink()

@@ -24,6 +24,9 @@ differs from the committed ones fails instead of committing.
 An append to a path that already holds partitions names its directories
 ``p00003-<run id>``, so each write adds a set of partitions beside the earlier ones;
 every other write names them ``p00003``.
+
+One writer at a time: a run commits only while it holds ``<path>/_lease``
+(`lease.py`), taken before the write looks at the path and released by `cleanup`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
+from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
 from airflow_streambatch.engine.worker.staging import RECORD, StagedFile, partition_dir, staging_dir
@@ -101,6 +105,7 @@ class PartitionCommitter:
         self.fs, root = resolve(self.path)
         self.root = root.rstrip("/")
         self.reference: tuple[int, list[list[str]]] | None = None  # (partition, schema) all commits must match
+        self.lease: write_lease.WriteLease | None = None
 
     def staging_dir(self, partition: int) -> str:
         """Where sink tasks write this run's files of ``partition`` (inside the filesystem)."""
@@ -147,13 +152,23 @@ class PartitionCommitter:
 
     # -- committing -------------------------------------------------------------------
     def claim_staging(self) -> None:
-        """Create this run's staging directory, marked with the driver that owns it, after
-        removing staging that drivers on this host left when they died (killed, SIGKILL)."""
+        """Take the path's write lease (the one `prepare_write` took for this run, else a new one,
+        refused at once while another writer holds it), then create this run's staging directory,
+        marked with the driver that owns it, after removing staging that drivers on this host left
+        when they died (killed, SIGKILL)."""
+        self.lease = write_lease.claim(self.path)
+        if self.lease is None:  # a committer used without prepare_write
+            write_lease.acquire(self.path, self.run_id, timeout_s=0)
+            self.lease = write_lease.claim(self.path)
+        self.lease.set_run_id(self.run_id)
         self._sweep_dead_staging()
         run_staging = f"{self.root}/_staging/{self.run_id}"
         self.fs.create_dir(run_staging, recursive=True)
-        with self.fs.open_output_stream(f"{run_staging}/{OWNER_FILE}") as out:
+        # whole or not at all: a sweep that read half a pid could take a live run's staging for a dead one's
+        tmp = f"{run_staging}/{OWNER_FILE}.tmp"
+        with self.fs.open_output_stream(tmp) as out:
             out.write(owner_mark().encode())
+        self.fs.move(tmp, f"{run_staging}/{OWNER_FILE}")
 
     def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> CommitRecord:
         """Make the staged files of ``partition`` visible, with their record, in one rename.
@@ -203,8 +218,11 @@ class PartitionCommitter:
 
         Other entries under the path are left alone: an output path may hold other
         data (another epoch's output, a user's files) and only what a write of this
-        engine committed is ours to delete. Returns the partitions deleted.
+        engine committed is ours to delete. Refused while another live writer holds the
+        path's lease (a full recompute would delete its commits and staging under it).
+        Returns the partitions deleted.
         """
+        write_lease.check_not_held_by_another(self.path, "delete the committed partitions of")
         committed = self.scan()
         for name in committed:
             self.fs.delete_dir(f"{self.root}/{name}")
@@ -214,10 +232,15 @@ class PartitionCommitter:
         return len(committed)
 
     def cleanup(self) -> None:
-        """Remove this run's staging (uncommitted files of failed or unfinished partitions)."""
-        run_staging = f"{self.root}/_staging/{self.run_id}"
-        if self.fs.get_file_info(run_staging).type != pafs.FileType.NotFound:
-            self.fs.delete_dir(run_staging)
+        """Remove this run's staging (uncommitted files of failed or unfinished partitions), then
+        give back the write lease: the next writer must not see this run's leftovers as its own."""
+        try:
+            run_staging = f"{self.root}/_staging/{self.run_id}"
+            if self.fs.get_file_info(run_staging).type != pafs.FileType.NotFound:
+                self.fs.delete_dir(run_staging)
+        finally:
+            if self.lease is not None:
+                self.lease.release()
 
     def _sweep_dead_staging(self) -> None:
         selector = pafs.FileSelector(f"{self.root}/_staging", allow_not_found=True)

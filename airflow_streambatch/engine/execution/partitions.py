@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter, SchemaMismatchError
 from airflow_streambatch.engine.worker.staging import StagedFile
 from airflow_streambatch.engine.errors import PartialResultWarning, PartitionFailure
@@ -27,12 +29,32 @@ WRITE_MODES = ("append", "resume", "overwrite", "error", "ignore")
 
 
 def prepare_write(path: str, mode: str) -> dict[int, CommitRecord] | None:
-    """Apply ``mode`` to what ``path`` already holds, before anything runs.
+    """Take ``path``'s write lease, then apply ``mode`` to what the path already holds, before
+    anything runs.
 
     Returns the committed records when the write must not run (``"ignore"`` and the
     path holds output), else None. Only partitions an earlier write committed are
     ever deleted (``"overwrite"``); anything else under the path stops the write.
+
+    Every mode takes the lease (``lease.py``), ``append`` too: an append to an empty
+    path names its directories ``p<partition>`` like any write, so two at once would
+    collide, and an overwrite must never delete under a running append. Waits up to
+    ``DataContext.write_lease_timeout_s`` for another writer, then raises
+    `WriteLeaseHeldError`. The run that follows claims the lease (`PartitionCommitter.
+    claim_staging`) and releases it at its cleanup; a write that does not run releases it here.
     """
+    lease = write_lease.acquire(path, run_id="preparing", timeout_s=DataContext.get_current().write_lease_timeout_s)
+    try:
+        existing = _apply_mode(path, mode)
+    except BaseException:
+        lease.release()
+        raise
+    if existing is not None:
+        lease.release()
+    return existing
+
+
+def _apply_mode(path: str, mode: str) -> dict[int, CommitRecord] | None:
     if mode == "append":
         return None
     committer = PartitionCommitter(path, run_id="inspect")

@@ -181,13 +181,43 @@ def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callabl
     return Datasource(name, plan, tuple([paths] if isinstance(paths, str) else paths))
 
 
+def fragments_datasource(name: str, fragments: list[Fragment],
+                         reader: Callable[[Fragment], Iterator[pa.Table]]) -> Datasource:
+    """A datasource whose partitions were decided before the read: one read task per fragment, in order.
+
+    An epoch manifest freezes its partitions (whole files, or row-group ranges of large
+    Parquet files) when the frontier passes, so partition ``i`` must be fragment ``i`` on
+    every try, whatever the slots, ``override_num_blocks`` or block size: commit records
+    are keyed by that index and checked against the fragment's identity (path, size,
+    modification time and row groups).
+    """
+    fragments = list(fragments)
+
+    def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
+        return [ReadTask(fragment_label(f), f.size, _read_group((f,), reader),
+                         fingerprint([[f.path, f.size, f.mtime_ns, f.row_groups]]))
+                for f in fragments]
+
+    return Datasource(name, plan, tuple(dict.fromkeys(f.path for f in fragments)))
+
+
+def fragment_label(fragment: Fragment) -> str:
+    """How logs, commit records and errors name a fragment: its path, and its row groups if not all."""
+    groups = fragment.row_groups
+    if groups is None:
+        return fragment.path
+    if len(groups) > 1 and list(groups) == list(range(groups[0], groups[-1] + 1)):
+        return f"{fragment.path} [row groups {groups[0]}-{groups[-1]}]"
+    return f"{fragment.path} [row groups {', '.join(map(str, groups))}]"
+
+
 def _read_group(group: tuple[Fragment, ...], reader) -> Callable[[], Iterator[pa.Table]]:
     def read() -> Iterator[pa.Table]:
         for fragment in group:
             try:
                 yield from reader(fragment)
             except (OSError, pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
-                raise OSError(f"cannot read {fragment.path}: {type(exc).__name__}: {exc}") from exc
+                raise OSError(f"cannot read {fragment_label(fragment)}: {type(exc).__name__}: {exc}") from exc
 
     return read
 
