@@ -22,6 +22,7 @@ from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import PartialResultWarning
 from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.partitions import WriteResult
 from airflow_streambatch.engine.spark.session import get_spark, ship_user_module
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus, stop_reason
@@ -129,6 +130,20 @@ def run_epoch(
     """
     check_formats(input_format, output_format)
     check_output_apart(manifest, output_path)
+    # one run of an epoch at a time: the record, like the commits, is written only under the output's lease
+    timeout_s = (context_overrides or {}).get("write_lease_timeout_s", DataContext.get_current().write_lease_timeout_s)
+    write_lease.acquire(output_path, run_id="epoch", timeout_s=timeout_s)
+    try:
+        return _run_epoch(manifest, pipeline, output_path, input_format, output_format, pipeline_kwargs,
+                          full_recompute, context_overrides, on_progress, spark_ui_url)
+    finally:
+        unclaimed = write_lease.claim(output_path)  # no write took it over (nothing to run, or it failed first)
+        if unclaimed is not None:
+            unclaimed.release()
+
+
+def _run_epoch(manifest, pipeline, output_path, input_format, output_format, pipeline_kwargs, full_recompute,
+               context_overrides, on_progress, spark_ui_url) -> EpochRecord:
     fn = load_pipeline(pipeline)
     checkpoint = EpochCheckpoint(output_path)
     previous = checkpoint.validate(manifest, full_recompute)

@@ -121,10 +121,10 @@ def acquire(path: str, run_id: str, timeout_s: float) -> WriteLease:
     """
     fs, root = resolve(path.rstrip("/"))
     target = lease_path(root)
-    with _lock:  # a lease this thread took for a write that never started: give it back first
-        abandoned = _pending.get(target)
-    if abandoned is not None and abandoned.thread == threading.get_ident():
-        abandoned.release()
+    with _lock:  # this thread holds it already (an epoch run takes it before its write): keep holding it
+        held = _pending.get(target)
+    if held is not None and held.thread == threading.get_ident() and not held.released:
+        return held
     fs.create_dir(root.rstrip("/"), recursive=True)
     deadline = time.monotonic() + timeout_s
     announced = False
