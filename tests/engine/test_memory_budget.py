@@ -7,6 +7,7 @@ stream files written by `worker/streams.OutputStream` (the task side), read by a
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -216,7 +217,8 @@ class Task:
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 5
-        while not (os.path.exists(self.out.path) and b'"wait"' in open(self.out.path, "rb").read()):
+        line = json.dumps({"wait": index}).encode()  # this wait, not an earlier one
+        while not (os.path.exists(self.out.path) and line in open(self.out.path, "rb").read()):
             assert time.monotonic() < deadline, "the task never wrote its wait line"
             time.sleep(0.002)
 
