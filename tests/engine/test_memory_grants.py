@@ -1,0 +1,303 @@
+"""Memory grants to running tasks: `MemoryGrants`, without Spark, on real stream files written
+by `worker/streams.OutputStream` (the task side) and read by a real `StreamWatcher` (the driver side)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from airflow_streambatch.engine.execution import memory as memory_mod
+from airflow_streambatch.engine.execution.memory import Heartbeat, MemoryBudget, MemoryGrants
+from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher, WatchedTask
+from airflow_streambatch.engine.worker.blocks import STREAM_DIR, BlockRef
+from airflow_streambatch.engine.worker.streams import OutputStream, TaskYielded, stream_name
+
+
+# -- MemoryGrants -----------------------------------------------------------------------
+
+
+@dataclass
+class GrantOp:
+    """What `MemoryGrants` reads of an operator."""
+
+    index: int
+    next_block: int = 10
+    buffered_output_bytes: int = 0
+
+    def block_estimate(self, input_bytes: int = 0) -> int:
+        return self.next_block
+
+
+class Task:
+    """A running task: its `OutputStream` in a thread, blocking in ``wait_for`` like a real task."""
+
+    def __init__(self, run_dir: str, op_index: int, key: str, granted: int = 0):
+        self.op_index, self.key = op_index, key
+        self.name = stream_name(op_index, key, 1)
+        self.out = OutputStream(run_dir, self.name, granted=granted, poll_s=0.002)
+        self.run_dir = run_dir
+        self.outcome: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def block(self, index: int, size: int) -> BlockRef:
+        path = os.path.join(self.run_dir, f"{self.op_index}-{self.key}-{index}.arrow")
+        with open(path, "wb") as f:
+            f.write(b"x")
+        return BlockRef(block_id=f"{self.op_index}:{self.key}:{index}", path=path, num_rows=1, size_bytes=size,
+                        producer=("Op", self.key, index), partitions=(0,))
+
+    def write(self, index: int, size: int) -> BlockRef:
+        """Write block ``index`` (within what was granted) and announce it."""
+        self.out.wait_for(index)
+        block = self.block(index, size)
+        self.out.announce(block)
+        return block
+
+    def start_waiting(self, index: int) -> None:
+        """Ask for block ``index`` in a thread; returns once the stream says so."""
+        def run():
+            try:
+                self.out.wait_for(index)
+                self.outcome = "granted"
+            except TaskYielded:
+                self.outcome = "yielded"
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 5
+        line = json.dumps({"wait": index}).encode()  # this wait, not an earlier one
+        while not (os.path.exists(self.out.path) and line in open(self.out.path, "rb").read()):
+            assert time.monotonic() < deadline, "the task never wrote its wait line"
+            time.sleep(0.002)
+
+    def join(self, timeout: float = 5.0) -> str | None:
+        self._thread.join(timeout)
+        return self.outcome
+
+    def stop(self) -> None:
+        """Tell a task still waiting to yield (so no thread outlives its test)."""
+        if self._thread is not None and self._thread.is_alive():
+            with open(self.out.grant_path, "w") as f:
+                f.write("-1")
+            self._thread.join(5)
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    d = tmp_path / "run"
+    (d / STREAM_DIR).mkdir(parents=True)
+    return str(d)
+
+
+@pytest.fixture()
+def tasks():
+    started: list[Task] = []
+    yield started
+    for task in started:
+        task.stop()
+
+
+def setup_grants(run_dir, ops, limit, used=0):
+    budget = MemoryBudget(limit=limit, used=used)
+    watcher = StreamWatcher(run_dir)
+    grants = MemoryGrants(budget, watcher, ops, Heartbeat())
+    return budget, watcher, grants
+
+
+def watch(grants, task: Task, reserved: float = 0.0, input_bytes: int = 0, granted: int = 0) -> WatchedTask:
+    watched = WatchedTask(task.op_index, task.key, task.name, granted, reserved, input_bytes)
+    grants.memory.reserved += reserved
+    grants.watch(watched)
+    return watched
+
+
+def never_emit(op, ref):
+    raise AssertionError(f"nothing was announced, yet {ref} was emitted")
+
+
+def test_follow_passes_on_announced_blocks_and_moves_reservation_to_used(run_dir):
+    ops = [GrantOp(0), GrantOp(1)]
+    budget, watcher, grants = setup_grants(run_dir, ops, limit=1000)
+    task = Task(run_dir, 1, "k1", granted=3)
+    watched = watch(grants, task, reserved=100, input_bytes=50, granted=3)
+    written = [task.write(0, 40), task.write(1, 40)]
+    emitted = []
+    grants.follow(lambda op, r: emitted.append((op.index, r)))
+    assert emitted == [(1, written[0]), (1, written[1])]
+    assert watched.reserved == 20 and budget.reserved == 20 and watched.written == 80
+    assert grants.streamed(1, "k1") == 2
+    task.write(2, 40)  # more than it reserved: only the 20 left is unreserved
+    grants.follow(lambda op, r: emitted.append((op.index, r)))
+    assert watched.reserved == 0 and budget.reserved == 0 and len(emitted) == 3
+    task.out.finish(3)
+    grants.follow(never_emit)
+    assert watched.finished
+    grants.forget(task.name)
+    assert not os.path.exists(task.out.path)
+
+
+def test_a_finished_task_gives_back_what_it_did_not_write(run_dir):
+    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0)], limit=1000)
+    task = Task(run_dir, 0, "p00000", granted=5)
+    watched = watch(grants, task, reserved=300, granted=5)
+    task.write(0, 100)
+    task.out.finish(1)
+    grants.follow(lambda op, r: None)
+    assert watched.finished and watched.reserved == 0 and budget.reserved == 0
+
+
+def test_a_waiting_task_is_granted_when_its_next_block_fits(run_dir, tasks):
+    ops = [GrantOp(0, next_block=30), GrantOp(1, next_block=30)]
+    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=70)
+    task = Task(run_dir, 1, "k")
+    tasks.append(task)
+    watched = watch(grants, task, input_bytes=10)
+    task.start_waiting(0)
+    grants.follow(never_emit)
+    assert task.join() == "granted"
+    assert watched.granted == 1 and watched.reserved == 30 and budget.reserved == 30
+    assert watcher.waiting() == []
+
+
+def test_no_grant_when_the_next_block_would_pass_the_limit(run_dir, tasks):
+    ops = [GrantOp(0, next_block=31)]
+    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=70)
+    task = Task(run_dir, 0, "p00000")
+    tasks.append(task)
+    watched = watch(grants, task, input_bytes=0)
+    task.start_waiting(0)
+    grants.follow(never_emit)
+    assert not os.path.exists(task.out.grant_path)
+    assert watched.granted == 0 and budget.reserved == 0 and watcher.waiting() == [watched]
+    budget.used = 69  # a consumer released a block: now it fits
+    grants.follow(never_emit)
+    assert task.join() == "granted" and watched.granted == 1 and budget.reserved == 31
+
+
+def test_grants_go_most_downstream_first(run_dir, tasks):
+    ops = [GrantOp(0, next_block=20), GrantOp(1, next_block=20), GrantOp(2, next_block=20)]
+    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=60)
+    upstream, downstream, middle = Task(run_dir, 0, "a"), Task(run_dir, 2, "b"), Task(run_dir, 1, "c")
+    tasks.extend([upstream, downstream, middle])
+    watched = {t.op_index: watch(grants, t, input_bytes=1) for t in (upstream, downstream, middle)}
+    for t in (upstream, downstream, middle):
+        t.start_waiting(0)
+    grants.follow(never_emit)  # room for two blocks of 20: operators 2 then 1
+    assert downstream.join() == "granted" and middle.join() == "granted"
+    assert [watched[i].granted for i in (0, 1, 2)] == [0, 1, 1]
+    assert budget.reserved == 40
+    assert not os.path.exists(upstream.out.grant_path)
+
+
+def test_a_task_that_frees_as_much_as_it_writes_is_granted_over_the_limit(run_dir, tasks):
+    """Its inputs are freed when it ends: writing no more than it read cannot grow memory."""
+    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0), GrantOp(1, next_block=50)], limit=100, used=100)
+    task = Task(run_dir, 1, "k")
+    tasks.append(task)
+    watched = watch(grants, task, input_bytes=50)
+    task.start_waiting(0)
+    grants.follow(never_emit)
+    assert task.join() == "granted" and watched.granted == 1
+    task.write(0, 50)
+    grants.follow(lambda op, r: None)
+    task.start_waiting(1)  # 50 written + 50 more > its 50 input: must fit now, and does not
+    grants.follow(never_emit)
+    assert watched.granted == 1 and task.outcome == "granted" and watcher.waiting() == [watched]
+
+
+def test_a_yielding_task_gets_no_grant(run_dir, tasks):
+    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0)], limit=1000)
+    task = Task(run_dir, 0, "p00000")
+    tasks.append(task)
+    watched = watch(grants, task)
+    watched.yielding = True
+    task.start_waiting(0)
+    grants.follow(never_emit)
+    assert watched.granted == 0 and not os.path.exists(task.out.grant_path)
+
+
+def stalled(grants) -> None:
+    grants.heartbeat.last = time.monotonic() - memory_mod.STALL_S - 1  # nothing moved for longer than STALL_S
+
+
+def test_the_guard_grants_one_block_over_the_limit_after_a_stall(run_dir, tasks, caplog):
+    ops = [GrantOp(0, next_block=40), GrantOp(1, next_block=40)]
+    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=100)
+    upstream, downstream = Task(run_dir, 0, "a"), Task(run_dir, 1, "b")
+    tasks.extend([upstream, downstream])
+    w_up, w_down = watch(grants, upstream, input_bytes=1), watch(grants, downstream, input_bytes=1)
+    upstream.start_waiting(0)
+    downstream.start_waiting(0)
+    grants.follow(never_emit)  # not stalled yet: nobody is granted
+    assert (w_up.granted, w_down.granted) == (0, 0)
+    stalled(grants)
+    with caplog.at_level(logging.WARNING, logger="airflow_streambatch.engine.progress"):
+        grants.follow(never_emit)
+    assert downstream.join() == "granted"
+    assert (w_up.granted, w_down.granted) == (0, 1)  # one block, to the most downstream
+    assert any("memory_limit" in r.getMessage() for r in caplog.records)
+    assert grants.heartbeat.idle_s() < memory_mod.STALL_S  # the grant counts as progress
+    grants.follow(never_emit)  # ... so the guard does not grant again at once
+    assert w_up.granted == 0 and not os.path.exists(upstream.out.grant_path)
+
+
+def test_the_guard_waits_for_the_stall_time(run_dir, tasks):
+    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0, next_block=40)], limit=100, used=100)
+    task = Task(run_dir, 0, "a")
+    tasks.append(task)
+    watched = watch(grants, task)
+    task.start_waiting(0)
+    grants.heartbeat.last = time.monotonic() - memory_mod.STALL_S / 2
+    grants.follow(never_emit)
+    assert watched.granted == 0
+
+
+def test_the_guard_waits_while_the_consumer_has_blocks_to_free(run_dir, tasks):
+    ops = [GrantOp(0, next_block=40), GrantOp(1, buffered_output_bytes=10)]
+    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=100)
+    task = Task(run_dir, 0, "a")
+    tasks.append(task)
+    watched = watch(grants, task)
+    task.start_waiting(0)
+    stalled(grants)
+    grants.follow(never_emit)
+    assert watched.granted == 0
+    ops[1].buffered_output_bytes = 0
+    stalled(grants)
+    grants.follow(never_emit)
+    assert watched.granted == 1
+
+
+def test_the_guard_waits_while_another_task_may_still_write(run_dir, tasks):
+    """A running task that holds a reservation and is not waiting will move memory."""
+    ops = [GrantOp(0, next_block=40), GrantOp(1, next_block=40)]
+    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=90)
+    waiter, writer = Task(run_dir, 0, "a"), Task(run_dir, 1, "b", granted=1)
+    tasks.append(waiter)
+    w_wait = watch(grants, waiter)
+    watch(grants, writer, reserved=10, granted=1)
+    waiter.start_waiting(0)
+    stalled(grants)
+    grants.follow(never_emit)
+    assert w_wait.granted == 0
+    grants.forget(writer.name)  # the writer's attempt ended: its reservation is freed ...
+    assert budget.reserved == 0
+    stalled(grants)
+    grants.follow(never_emit)  # ... and 90 + 40 still does not fit: only the guard can grant
+    assert w_wait.granted == 1
+
+
+def test_follow_without_grant_only_reads(run_dir, tasks):
+    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0)], limit=1000)
+    task = Task(run_dir, 0, "a")
+    tasks.append(task)
+    watched = watch(grants, task)
+    task.start_waiting(0)
+    stalled(grants)
+    grants.follow(never_emit, grant=False)
+    assert watched.waiting_for == 0 and watched.granted == 0
