@@ -26,8 +26,12 @@ def free_port() -> int:
 
 
 class StandaloneCluster:
-    def __init__(self, work_dir: str, workers: int = 2, cores: int = 2, memory: str = "1g"):
+    def __init__(self, work_dir: str, workers: int = 2, cores: int = 2, memory: str = "1g",
+                 worker_conf: dict[int, dict[str, str]] | None = None):
+        """``worker_conf`` maps a worker's index to Spark settings of that worker only (e.g.
+        ``spark.worker.resource.gpu.amount`` and its discovery script), passed as ``SPARK_WORKER_OPTS``."""
         self.work_dir = work_dir
+        self.worker_conf = worker_conf or {}
         self.workers = workers
         self.cores = cores
         self.memory = memory
@@ -36,17 +40,19 @@ class StandaloneCluster:
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen] = []
 
-    def _env(self) -> dict:
+    def _env(self, conf: dict[str, str] | None = None) -> dict:
         env = dict(os.environ)
         env.update(SPARK_HOME=os.path.dirname(pyspark.__file__), SPARK_LOCAL_IP="127.0.0.1",
                    PYSPARK_PYTHON=sys.executable, SPARK_NO_DAEMONIZE="1")
+        if conf:
+            env["SPARK_WORKER_OPTS"] = " ".join(f"-D{key}={value}" for key, value in conf.items())
         return env
 
-    def _spawn(self, name: str, *args: str) -> None:
+    def _spawn(self, name: str, *args: str, conf: dict[str, str] | None = None) -> None:
         spark_class = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
         log = open(os.path.join(self.work_dir, f"{name}.log"), "w")
-        self.procs.append(subprocess.Popen([spark_class, *args], env=self._env(), stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True))
+        self.procs.append(subprocess.Popen([spark_class, *args], env=self._env(conf), stdout=log,
+                                           stderr=subprocess.STDOUT, start_new_session=True))
 
     def start(self, timeout: float = 90) -> StandaloneCluster:
         os.makedirs(self.work_dir, exist_ok=True)
@@ -57,7 +63,7 @@ class StandaloneCluster:
             os.makedirs(work, exist_ok=True)
             self._spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
                         "--cores", str(self.cores), "--memory", self.memory, "--work-dir", work,
-                        "--webui-port", str(free_port()))
+                        "--webui-port", str(free_port()), conf=self.worker_conf.get(i))
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.alive_workers() == self.workers:
