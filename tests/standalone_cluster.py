@@ -78,7 +78,7 @@ class StandaloneCluster:
                 import json
 
                 return int(json.loads(r.read()).get("aliveworkers", 0))
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or the master still answers with its HTML page
             return 0
 
     def executor_pids(self) -> list[int]:

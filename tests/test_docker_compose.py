@@ -1,6 +1,8 @@
 """docker-compose.yaml without a Docker engine: the file parses, its services, commands, image
 tags and versions agree with each other and with this package, and the Spark cluster and
-connection it defines work when the same commands run as plain processes on this machine."""
+connection it defines work when the same commands run as plain processes on this machine,
+each Spark worker in a mount namespace of its own (a private /dev/shm and /tmp, as a
+container has), so the cluster shares no block directory."""
 
 from __future__ import annotations
 
@@ -8,14 +10,17 @@ import configparser
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 import pytest
 import yaml
+from namespaced_cluster import HOST_WRAPPER, kill_namespace, mount_namespace, namespaces_unsupported
 from standalone_cluster import free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -80,26 +85,36 @@ def _outside_docker(text: str, ports: dict[str, int], data_dir: str) -> str:
     return text.replace("/data/", f"{data_dir}/")
 
 
+def test_compose_shares_no_block_directory(compose):
+    for name, service in compose["services"].items():
+        assert "STREAMBATCH_BLOCK_DIR" not in service.get("environment", {}), name
+    for name in ("spark-worker-1", "spark-worker-2", "airflow-scheduler"):
+        assert compose["services"][name]["shm_size"] == "2gb"  # blocks live in each container's /dev/shm
+
+
+@pytest.mark.skipif(namespaces_unsupported() is not None, reason=f"workers as hosts: {namespaces_unsupported()}")
 def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(compose, tmp_path):
     services = compose["services"]
     ports = {p: free_port() for p in ("7077", "8081", "8082", "8083")}
+    shared = tempfile.mkdtemp(prefix="streambatch-compose-", dir="/var/tmp")  # /tmp is private to each worker
     env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOG_DIR=str(tmp_path / "logs"))
+               SPARK_WORKER_DIR=f"{shared}/work", SPARK_LOG_DIR=f"{shared}/logs")
     procs = []
     try:
         for name in ("spark-master", "spark-worker-1", "spark-worker-2"):
             shell, flag, script = services[name]["command"]
             assert (shell, flag) == ("bash", "-c")
-            service_env = {k: _outside_docker(str(v), ports, str(tmp_path))
+            service_env = {k: _outside_docker(str(v), ports, shared)
                            for k, v in services[name]["environment"].items()}
-            procs.append(subprocess.Popen(["bash", "-c", _outside_docker(script, ports, str(tmp_path))],
+            host = HOST_WRAPPER if name.startswith("spark-worker") else []
+            procs.append(subprocess.Popen([*host, "bash", "-c", _outside_docker(script, ports, shared)],
                                           env={**env, **service_env}, start_new_session=True,
                                           stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT))
             if name == "spark-master":
                 _wait_for_workers(ports["8081"], 0)
         _wait_for_workers(ports["8081"], 2)
 
-        airflow_env = {k: _outside_docker(str(v), ports, str(tmp_path))
+        airflow_env = {k: _outside_docker(str(v), ports, shared)
                        for k, v in services["airflow-scheduler"]["environment"].items()
                        if k.startswith(("AIRFLOW_CONN_", "STREAMBATCH_"))}
         run_env = {k: v for k, v in env.items() if not k.startswith(("AIRFLOW", "PYSPARK"))}
@@ -112,10 +127,14 @@ def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(c
         assert [a["name"] for a in apps] == ["streambatch-embed_text_light-embed"]  # ran on the cluster
     finally:
         for proc in procs:
+            namespace = mount_namespace(proc.pid)
+            if namespace is not None and namespace != mount_namespace():
+                kill_namespace(namespace)  # the worker "host": its executors and block agent too
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def _master_state(ui_port: int) -> dict:

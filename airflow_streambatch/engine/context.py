@@ -59,12 +59,14 @@ class DataContext:
         briefly overshoot, keeps slots busy) or ``"conservative"`` (launches a task
         only when its estimated output fits: stays under ``memory_limit``).
     :param resources: execution slots, e.g. ``{"CPU": 8, "GPU": 2, "tpu": 1}``.
-        ``None`` reads them from the Spark configuration (task slots for CPU,
-        ``spark.executor.resource.gpu.amount`` times executors for GPU).
-    :param block_dir: where blocks (Arrow IPC files) live; one sub-directory per run.
-        Must be visible to every executor: the default (tmpfs or the temp dir, per
-        user) suits local Spark; set a shared filesystem path for clusters. It must
-        be owned by the user running Spark and not writable by group or others.
+        ``None`` reads them from Spark: task slots for CPU; for GPUs, the addresses the
+        executors own, or under dynamic allocation the standalone workers' GPUs
+        (``docs/cluster-gpus.md``).
+    :param block_dir: where each host keeps the blocks (Arrow IPC files) its tasks write;
+        one sub-directory per run. Private to the host by default (tmpfs, else the temp
+        dir, per user): blocks reach other hosts through the host's agent
+        (``worker/host_agent.py``); a directory every host shares works too. It must be
+        owned by the user running Spark and not writable by group or others.
     :param group_scheduling: launch ready tasks of one operator as one Spark job
         (Drizzle), each Spark partition running several tasks in turn. `GroupSizer`
         (``engine/spark/group_sizer.py``) picks that depth from the measured job overhead:
@@ -96,6 +98,9 @@ class DataContext:
         Default 0: refuse at once, so a second Airflow run of the same epoch fails fast and
         its retry (or a later Clear) resumes what the first committed, instead of holding
         a worker slot while it waits. A lease left by a dead run on this host is taken over.
+    :param control_timeout_s: seconds a task keeps trying to reach the driver's control plane
+        (to announce a block or ask for memory) or another host's block server, before it
+        fails with an error naming the address. Default 60.
     """
 
     target_max_block_size: int = 128 * MiB
@@ -115,6 +120,7 @@ class DataContext:
     task_timeout_s: float | None = None
     stall_timeout_s: float = 300.0
     write_lease_timeout_s: float = 0.0
+    control_timeout_s: float = 60.0
 
     _global: ClassVar[DataContext | None] = None
 
@@ -155,7 +161,8 @@ class DataContext:
 
 
 _POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limit", "max_group_size")
-_POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s")
+_POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s",
+                    "control_timeout_s")
 
 
 def _validate(name: str, value) -> None:

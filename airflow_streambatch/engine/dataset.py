@@ -7,7 +7,6 @@ they stream out. Blocks are released as soon as the consumer is done with them.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -186,7 +185,7 @@ class Dataset(_Batches):
         refs = [ref for _, ref in self._iter_refs(delete=False)]
         executor = self._last_executor
         # the whole run's lineage: a lost block may need its ancestors rebuilt too
-        return MaterializedDataset(refs, executor.run_dir, executor.lineage.records, self._last_stats, self._context)
+        return MaterializedDataset(refs, executor.cleanup, executor.lineage.records, self._last_stats, self._context)
 
     # -- sinks ----------------------------------------------------------------------
     def _write(self, path: str, file_format: str, mode: str, on_commit) -> WriteResult:
@@ -257,15 +256,16 @@ class Dataset(_Batches):
 
 
 class MaterializedDataset(Dataset):
-    """A dataset whose blocks exist; its files are deleted when it is garbage-collected."""
+    """A dataset whose blocks exist; its files are deleted when it is garbage-collected
+    (``cleanup`` removes them on every host that holds some)."""
 
-    def __init__(self, refs: list[BlockRef], run_dir: str | None, lineage: dict, stats: RunStats | None,
-                 context=None):
+    def __init__(self, refs: list[BlockRef], cleanup: Callable[[], None] | None, lineage: dict,
+                 stats: RunStats | None, context=None):
         super().__init__([InputBlocks(tuple(refs), lineage)], context)
         self._refs = refs
         self._last_stats = stats
-        if run_dir is not None:
-            weakref.finalize(self, shutil.rmtree, run_dir, True)
+        if cleanup is not None:
+            weakref.finalize(self, cleanup)
 
     def num_blocks(self) -> int:
         return len(self._refs)

@@ -1,12 +1,12 @@
 """The block directory is private: another local user can neither read blocks, nor plant
-a block directory, nor make the driver act on a path a task stream names (issue 12, #15).
+a block directory, nor make the driver act on a path a task stream names (issue 12, #15);
+the control plane refuses calls without the run's secret (issue 14).
 
 The attacks run as a second local user (``runuser -u nobody``) against real local Spark.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -18,9 +18,12 @@ import pyarrow as pa
 import pytest
 
 import airflow_streambatch.engine as sb
-from airflow_streambatch.engine.worker.blocks import write_block
+import pyarrow.flight as flight
+
+from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.execution.stream_watcher import ForgedStreamRecordError, StreamWatcher, WatchedTask
-from airflow_streambatch.engine.worker.streams import OutputStream
+from airflow_streambatch.engine.worker.blocks import write_block
+from airflow_streambatch.engine.worker.control_client import ControlInfo, call
 
 NOBODY = ["runuser", "-u", "nobody", "--"]
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"),
@@ -81,7 +84,7 @@ def test_blocks_are_private_to_the_user_even_under_a_world_readable_parent(ctx):
         paths = [ref.path for ref in kept._refs]
         run_dir = os.path.dirname(paths[0])
         assert sorted(r["y"] for r in kept.take_all()) == list(range(1, 101))
-        assert _mode(ctx.block_dir) == _mode(run_dir) == _mode(os.path.join(run_dir, "streams")) == 0o700
+        assert _mode(ctx.block_dir) == _mode(run_dir) == 0o700
         assert {_mode(p) for p in paths} == {_mode(os.path.join(run_dir, "_driver"))} == {0o600}
         for path in (ctx.block_dir, paths[0]):
             peek = subprocess.run([*NOBODY, "cat", path], capture_output=True)
@@ -90,15 +93,19 @@ def test_blocks_are_private_to_the_user_even_under_a_world_readable_parent(ctx):
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def test_stream_and_grant_files_are_created_0600(tmp_path):
-    (tmp_path / "streams").mkdir()
-    out = OutputStream(str(tmp_path), "0-p00000-0", granted=0, poll_s=0.001)
-    out.finish(0)
-    watcher = StreamWatcher(str(tmp_path))
-    task = WatchedTask(0, "p00000", "0-p00000-0", 0, 0.0, 0)
-    watcher.watch(task)
-    watcher.grant(task, 1)
-    assert _mode(out.path) == _mode(out.grant_path) == 0o600
+@pytest.fixture(scope="module")
+def server():
+    control = ControlServer("127.0.0.1")
+    yield control
+    control.shutdown()
+
+
+def test_a_control_plane_call_without_the_runs_secret_is_refused(server):
+    server.open_stream("0-p00000-0", 0)
+    stranger = ControlInfo(server.uri, "not-the-secret", server.driver_id, timeout_s=2)
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        call(stranger, "stream", {"stream": "0-p00000-0", "record": {"done": 0}})
+    assert server.take_records("0-p00000-0") == []
 
 
 def _secret(path) -> bytes:
@@ -115,12 +122,13 @@ def _forged(op_index: int, task_key: str, path: str, index: int = 7) -> dict:
 
 
 @pytest.mark.parametrize("how", ["outside the run dir", "a link with the right name", "another task's name"])
-def test_stream_watcher_refuses_a_forged_block_record_and_leaves_the_file_alone(tmp_path, how):
+def test_stream_watcher_refuses_a_forged_block_record_and_leaves_the_file_alone(tmp_path, server, how):
+    """Even a sender with the secret cannot make the driver read or delete a file that is not the task's block."""
     secret = tmp_path / "root-only.arrow"
     content = _secret(secret)
     run_dir = tmp_path / "run-x"
-    (run_dir / "streams").mkdir(parents=True)
-    watcher = StreamWatcher(str(run_dir))
+    run_dir.mkdir()
+    watcher = StreamWatcher(str(run_dir), server)
     watcher.watch(WatchedTask(1, "p00003", "1-p00003-5", 10, 0.0, 0))
     target = str(secret)
     if how == "a link with the right name":
@@ -129,35 +137,36 @@ def test_stream_watcher_refuses_a_forged_block_record_and_leaves_the_file_alone(
     elif how == "another task's name":
         target = str(run_dir / "1-p00004-7.arrow")
         shutil.copy(secret, target)
-    (run_dir / "streams" / "1-p00003-5.stream").write_text(json.dumps(_forged(1, "p00003", target)) + "\n")
+    call(server.info(2), "stream", {"stream": "1-p00003-5", "record": _forged(1, "p00003", target)})
     with pytest.raises(ForgedStreamRecordError, match="task p00003 of operator 1"):
         watcher.poll()
     assert secret.read_bytes() == content and _mode(secret) == 0o600
 
 
-def test_a_forged_record_in_a_running_tasks_stream_stops_the_run_and_the_file_survives(ctx, tmp_path):
-    """Another process appends a record to a running task's stream (here the task's own
-    UDF, as any process that could write there would): before the fix the driver read
-    the named file into the output, then deleted it."""
+def test_a_record_from_a_process_without_the_secret_changes_nothing_in_a_running_pipeline(ctx, tmp_path):
+    """A process that reaches the driver's control plane but lacks the run's secret (here the
+    task's own UDF, with its own client) sends a record naming a file outside the run: it is
+    refused, the run finishes with its own rows only, and the file is untouched."""
     secret = tmp_path / "root-only.arrow"
     content = _secret(secret)
-    block_dir = ctx.block_dir
+    from pyspark.sql import SparkSession
+
+    from airflow_streambatch.engine.execution.control_server import control_server
+
+    uri = control_server(SparkSession.getActiveSession()).uri
+    refused = tmp_path / "refused"
 
     def forge(batch):
-        if 10 in batch["id"].to_pylist():  # partition 0's third batch: its stream holds its first blocks
-            import glob
-            import time
-
-            streams = glob.glob(os.path.join(block_dir, "run-*", "streams", "*.stream"))
-            assert streams, "the task announced no block yet"
-            for path in streams:
-                op_index, rest = os.path.basename(path)[: -len(".stream")].split("-", 1)
-                with open(path, "a") as f:
-                    f.write(json.dumps(_forged(int(op_index), rest.rsplit("-", 1)[0], str(secret))) + "\n")
-            time.sleep(1)  # let the driver poll the forged record before the task ends
+        if 10 in batch["id"].to_pylist():
+            stranger = ControlInfo(uri, "guessed", "", timeout_s=2)
+            for stream in ("0-p00000-0", "1-p00000-0"):
+                try:
+                    call(stranger, "stream", {"stream": stream, "record": _forged(0, "p00000", str(secret))})
+                except flight.FlightUnauthenticatedError:
+                    refused.touch()
         return _add_one(batch)
 
     ctx.target_max_block_size = 64  # a block per few rows: blocks stream out while the task runs
-    with pytest.raises(ForgedStreamRecordError, match=r"task p\d+ of operator \d+ announced a block"):
-        sb.range(100, override_num_blocks=4).map_batches(forge, batch_size=5).take_all()
-    assert secret.read_bytes() == content
+    rows = sb.range(100, override_num_blocks=4).map_batches(forge, batch_size=5).take_all()
+    assert sorted(r["y"] for r in rows) == list(range(1, 101))
+    assert refused.exists() and secret.read_bytes() == content

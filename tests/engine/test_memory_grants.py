@@ -1,21 +1,57 @@
-"""Memory grants to running tasks: `MemoryGrants`, without Spark, on real stream files written
-by `worker/streams.OutputStream` (the task side) and read by a real `StreamWatcher` (the driver side)."""
+"""Memory grants to running tasks: `MemoryGrants`, without Spark, over a real control plane:
+tasks' `worker/streams.OutputStream` (the task side) send records to and ask for grants
+from a real Arrow Flight `ControlServer`, read by a real `StreamWatcher` (the driver side)."""
 from __future__ import annotations
 
-import json
+import itertools
 import logging
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
 
 from airflow_streambatch.engine.execution import memory as memory_mod
+from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.execution.memory import Heartbeat, MemoryBudget, MemoryGrants
 from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher, WatchedTask
-from airflow_streambatch.engine.worker.blocks import STREAM_DIR, BlockRef
-from airflow_streambatch.engine.worker.streams import OutputStream, TaskYielded, stream_name
+from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.worker.control_client import call
+from airflow_streambatch.engine.worker.streams import YIELD, OutputStream, TaskYielded, stream_name
+
+
+class ObservedServer(ControlServer):
+    """A real control server that also counts the grant requests that reached it: a task
+    sends its wait record, then asks for the grant, so once its request is counted the
+    driver holds the wait record and the task blocks (or is about to) on its grant."""
+
+    def __init__(self, host: str):
+        super().__init__(host)
+        self.asked = threading.Condition()
+        self.grant_requests: Counter[tuple[str, int]] = Counter()
+
+    def _grant(self, body: dict) -> dict:
+        with self.asked:
+            self.grant_requests[(body["stream"], int(body["index"]))] += 1
+            self.asked.notify_all()
+        return super()._grant(body)
+
+
+@pytest.fixture(scope="module")
+def server():
+    control = ObservedServer("127.0.0.1")
+    yield control
+    control.shutdown()
+
+
+_launches = itertools.count(1)  # one stream name per task of the module: the server is shared
+
+
+def told(server: ControlServer, name: str) -> dict:
+    """What the driver answers the task now, over the wire: ``{"grant": n}`` or ``{"closed": True}``."""
+    return call(server.info(timeout_s=5), "grant", {"stream": name, "index": 0, "wait_s": 0}, wait_s=0)
 
 
 # -- MemoryGrants -----------------------------------------------------------------------
@@ -36,10 +72,11 @@ class GrantOp:
 class Task:
     """A running task: its `OutputStream` in a thread, blocking in ``wait_for`` like a real task."""
 
-    def __init__(self, run_dir: str, op_index: int, key: str, granted: int = 0):
+    def __init__(self, server: ObservedServer, run_dir: str, op_index: int, key: str, granted: int = 0):
+        self.server = server
         self.op_index, self.key = op_index, key
-        self.name = stream_name(op_index, key, 1)
-        self.out = OutputStream(run_dir, self.name, granted=granted, poll_s=0.002)
+        self.name = stream_name(op_index, key, next(_launches))
+        self.out = OutputStream(server.info(timeout_s=5), self.name, granted=granted)
         self.run_dir = run_dir
         self.outcome: str | None = None
         self._thread: threading.Thread | None = None
@@ -59,38 +96,42 @@ class Task:
         return block
 
     def start_waiting(self, index: int) -> None:
-        """Ask for block ``index`` in a thread; returns once the stream says so."""
+        """Ask for block ``index`` in a thread; returns once the driver holds the task's wait
+        record and the task asked for its grant."""
         def run():
             try:
                 self.out.wait_for(index)
                 self.outcome = "granted"
             except TaskYielded:
                 self.outcome = "yielded"
+            except RuntimeError:  # the driver closed the stream
+                self.outcome = "closed"
 
+        key = (self.name, index)
+        with self.server.asked:
+            before = self.server.grant_requests[key]  # this wait, not an earlier one
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 5
-        line = json.dumps({"wait": index}).encode()  # this wait, not an earlier one
-        while not (os.path.exists(self.out.path) and line in open(self.out.path, "rb").read()):
-            assert time.monotonic() < deadline, "the task never wrote its wait line"
-            time.sleep(0.002)
+        with self.server.asked:
+            asked = self.server.asked.wait_for(lambda: self.server.grant_requests[key] > before, timeout=5)
+        assert asked, "the task never asked for its grant"
 
     def join(self, timeout: float = 5.0) -> str | None:
         self._thread.join(timeout)
         return self.outcome
 
     def stop(self) -> None:
-        """Tell a task still waiting to yield (so no thread outlives its test)."""
+        """Tell a task still waiting to yield (so no thread outlives its test), and close its stream."""
         if self._thread is not None and self._thread.is_alive():
-            with open(self.out.grant_path, "w") as f:
-                f.write("-1")
+            self.server.set_grant(self.name, YIELD)
             self._thread.join(5)
+        self.server.close_stream(self.name)
 
 
 @pytest.fixture()
 def run_dir(tmp_path):
     d = tmp_path / "run"
-    (d / STREAM_DIR).mkdir(parents=True)
+    d.mkdir()
     return str(d)
 
 
@@ -102,9 +143,9 @@ def tasks():
         task.stop()
 
 
-def setup_grants(run_dir, ops, limit, used=0):
+def setup_grants(server, run_dir, ops, limit, used=0):
     budget = MemoryBudget(limit=limit, used=used)
-    watcher = StreamWatcher(run_dir)
+    watcher = StreamWatcher(run_dir, server)
     grants = MemoryGrants(budget, watcher, ops, Heartbeat())
     return budget, watcher, grants
 
@@ -120,10 +161,10 @@ def never_emit(op, ref):
     raise AssertionError(f"nothing was announced, yet {ref} was emitted")
 
 
-def test_follow_passes_on_announced_blocks_and_moves_reservation_to_used(run_dir):
+def test_follow_passes_on_announced_blocks_and_moves_reservation_to_used(server, run_dir):
     ops = [GrantOp(0), GrantOp(1)]
-    budget, watcher, grants = setup_grants(run_dir, ops, limit=1000)
-    task = Task(run_dir, 1, "k1", granted=3)
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=1000)
+    task = Task(server, run_dir, 1, "k1", granted=3)
     watched = watch(grants, task, reserved=100, input_bytes=50, granted=3)
     written = [task.write(0, 40), task.write(1, 40)]
     emitted = []
@@ -138,12 +179,15 @@ def test_follow_passes_on_announced_blocks_and_moves_reservation_to_used(run_dir
     grants.follow(never_emit)
     assert watched.finished
     grants.forget(task.name)
-    assert not os.path.exists(task.out.path)
+    assert task.name not in watcher.tasks and told(server, task.name) == {"closed": True}
+    with pytest.raises(RuntimeError, match="no longer runs"):  # the stream is closed: the task stops
+        task.out.finish(3)
 
 
-def test_a_finished_task_gives_back_what_it_did_not_write(run_dir):
-    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0)], limit=1000)
-    task = Task(run_dir, 0, "p00000", granted=5)
+def test_a_finished_task_gives_back_what_it_did_not_write(server, run_dir, tasks):
+    budget, watcher, grants = setup_grants(server, run_dir, [GrantOp(0)], limit=1000)
+    task = Task(server, run_dir, 0, "p00000", granted=5)
+    tasks.append(task)
     watched = watch(grants, task, reserved=300, granted=5)
     task.write(0, 100)
     task.out.finish(1)
@@ -151,10 +195,10 @@ def test_a_finished_task_gives_back_what_it_did_not_write(run_dir):
     assert watched.finished and watched.reserved == 0 and budget.reserved == 0
 
 
-def test_a_waiting_task_is_granted_when_its_next_block_fits(run_dir, tasks):
+def test_a_waiting_task_is_granted_when_its_next_block_fits(server, run_dir, tasks):
     ops = [GrantOp(0, next_block=30), GrantOp(1, next_block=30)]
-    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=70)
-    task = Task(run_dir, 1, "k")
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=70)
+    task = Task(server, run_dir, 1, "k")
     tasks.append(task)
     watched = watch(grants, task, input_bytes=10)
     task.start_waiting(0)
@@ -164,25 +208,25 @@ def test_a_waiting_task_is_granted_when_its_next_block_fits(run_dir, tasks):
     assert watcher.waiting() == []
 
 
-def test_no_grant_when_the_next_block_would_pass_the_limit(run_dir, tasks):
+def test_no_grant_when_the_next_block_would_pass_the_limit(server, run_dir, tasks):
     ops = [GrantOp(0, next_block=31)]
-    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=70)
-    task = Task(run_dir, 0, "p00000")
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=70)
+    task = Task(server, run_dir, 0, "p00000")
     tasks.append(task)
     watched = watch(grants, task, input_bytes=0)
     task.start_waiting(0)
     grants.follow(never_emit)
-    assert not os.path.exists(task.out.grant_path)
+    assert told(server, task.name) == {"grant": 0} and task.outcome is None
     assert watched.granted == 0 and budget.reserved == 0 and watcher.waiting() == [watched]
     budget.used = 69  # a consumer released a block: now it fits
     grants.follow(never_emit)
     assert task.join() == "granted" and watched.granted == 1 and budget.reserved == 31
 
 
-def test_grants_go_most_downstream_first(run_dir, tasks):
+def test_grants_go_most_downstream_first(server, run_dir, tasks):
     ops = [GrantOp(0, next_block=20), GrantOp(1, next_block=20), GrantOp(2, next_block=20)]
-    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=60)
-    upstream, downstream, middle = Task(run_dir, 0, "a"), Task(run_dir, 2, "b"), Task(run_dir, 1, "c")
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=60)
+    upstream, downstream, middle = (Task(server, run_dir, i, key) for i, key in ((0, "a"), (2, "b"), (1, "c")))
     tasks.extend([upstream, downstream, middle])
     watched = {t.op_index: watch(grants, t, input_bytes=1) for t in (upstream, downstream, middle)}
     for t in (upstream, downstream, middle):
@@ -191,13 +235,14 @@ def test_grants_go_most_downstream_first(run_dir, tasks):
     assert downstream.join() == "granted" and middle.join() == "granted"
     assert [watched[i].granted for i in (0, 1, 2)] == [0, 1, 1]
     assert budget.reserved == 40
-    assert not os.path.exists(upstream.out.grant_path)
+    assert told(server, upstream.name) == {"grant": 0} and upstream.outcome is None
 
 
-def test_a_task_that_frees_as_much_as_it_writes_is_granted_over_the_limit(run_dir, tasks):
+def test_a_task_that_frees_as_much_as_it_writes_is_granted_over_the_limit(server, run_dir, tasks):
     """Its inputs are freed when it ends: writing no more than it read cannot grow memory."""
-    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0), GrantOp(1, next_block=50)], limit=100, used=100)
-    task = Task(run_dir, 1, "k")
+    ops = [GrantOp(0), GrantOp(1, next_block=50)]
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=100)
+    task = Task(server, run_dir, 1, "k")
     tasks.append(task)
     watched = watch(grants, task, input_bytes=50)
     task.start_waiting(0)
@@ -210,25 +255,25 @@ def test_a_task_that_frees_as_much_as_it_writes_is_granted_over_the_limit(run_di
     assert watched.granted == 1 and task.outcome == "granted" and watcher.waiting() == [watched]
 
 
-def test_a_yielding_task_gets_no_grant(run_dir, tasks):
-    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0)], limit=1000)
-    task = Task(run_dir, 0, "p00000")
+def test_a_yielding_task_gets_no_grant(server, run_dir, tasks):
+    budget, watcher, grants = setup_grants(server, run_dir, [GrantOp(0)], limit=1000)
+    task = Task(server, run_dir, 0, "p00000")
     tasks.append(task)
     watched = watch(grants, task)
     watched.yielding = True
     task.start_waiting(0)
     grants.follow(never_emit)
-    assert watched.granted == 0 and not os.path.exists(task.out.grant_path)
+    assert watched.granted == 0 and told(server, task.name) == {"grant": 0} and task.outcome is None
 
 
 def stalled(grants) -> None:
     grants.heartbeat.last = time.monotonic() - memory_mod.STALL_S - 1  # nothing moved for longer than STALL_S
 
 
-def test_the_guard_grants_one_block_over_the_limit_after_a_stall(run_dir, tasks, caplog):
+def test_the_guard_grants_one_block_over_the_limit_after_a_stall(server, run_dir, tasks, caplog):
     ops = [GrantOp(0, next_block=40), GrantOp(1, next_block=40)]
-    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=100)
-    upstream, downstream = Task(run_dir, 0, "a"), Task(run_dir, 1, "b")
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=100)
+    upstream, downstream = Task(server, run_dir, 0, "a"), Task(server, run_dir, 1, "b")
     tasks.extend([upstream, downstream])
     w_up, w_down = watch(grants, upstream, input_bytes=1), watch(grants, downstream, input_bytes=1)
     upstream.start_waiting(0)
@@ -243,12 +288,12 @@ def test_the_guard_grants_one_block_over_the_limit_after_a_stall(run_dir, tasks,
     assert any("memory_limit" in r.getMessage() for r in caplog.records)
     assert grants.heartbeat.idle_s() < memory_mod.STALL_S  # the grant counts as progress
     grants.follow(never_emit)  # ... so the guard does not grant again at once
-    assert w_up.granted == 0 and not os.path.exists(upstream.out.grant_path)
+    assert w_up.granted == 0 and told(server, upstream.name) == {"grant": 0} and upstream.outcome is None
 
 
-def test_the_guard_waits_for_the_stall_time(run_dir, tasks):
-    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0, next_block=40)], limit=100, used=100)
-    task = Task(run_dir, 0, "a")
+def test_the_guard_waits_for_the_stall_time(server, run_dir, tasks):
+    budget, watcher, grants = setup_grants(server, run_dir, [GrantOp(0, next_block=40)], limit=100, used=100)
+    task = Task(server, run_dir, 0, "a")
     tasks.append(task)
     watched = watch(grants, task)
     task.start_waiting(0)
@@ -257,10 +302,10 @@ def test_the_guard_waits_for_the_stall_time(run_dir, tasks):
     assert watched.granted == 0
 
 
-def test_the_guard_waits_while_the_consumer_has_blocks_to_free(run_dir, tasks):
+def test_the_guard_waits_while_the_consumer_has_blocks_to_free(server, run_dir, tasks):
     ops = [GrantOp(0, next_block=40), GrantOp(1, buffered_output_bytes=10)]
-    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=100)
-    task = Task(run_dir, 0, "a")
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=100)
+    task = Task(server, run_dir, 0, "a")
     tasks.append(task)
     watched = watch(grants, task)
     task.start_waiting(0)
@@ -273,11 +318,11 @@ def test_the_guard_waits_while_the_consumer_has_blocks_to_free(run_dir, tasks):
     assert watched.granted == 1
 
 
-def test_the_guard_waits_while_another_task_may_still_write(run_dir, tasks):
+def test_the_guard_waits_while_another_task_may_still_write(server, run_dir, tasks):
     """A running task that holds a reservation and is not waiting will move memory."""
     ops = [GrantOp(0, next_block=40), GrantOp(1, next_block=40)]
-    budget, watcher, grants = setup_grants(run_dir, ops, limit=100, used=90)
-    waiter, writer = Task(run_dir, 0, "a"), Task(run_dir, 1, "b", granted=1)
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=90)
+    waiter, writer = Task(server, run_dir, 0, "a"), Task(server, run_dir, 1, "b", granted=1)
     tasks.append(waiter)
     w_wait = watch(grants, waiter)
     watch(grants, writer, reserved=10, granted=1)
@@ -292,9 +337,9 @@ def test_the_guard_waits_while_another_task_may_still_write(run_dir, tasks):
     assert w_wait.granted == 1
 
 
-def test_follow_without_grant_only_reads(run_dir, tasks):
-    budget, watcher, grants = setup_grants(run_dir, [GrantOp(0)], limit=1000)
-    task = Task(run_dir, 0, "a")
+def test_follow_without_grant_only_reads(server, run_dir, tasks):
+    budget, watcher, grants = setup_grants(server, run_dir, [GrantOp(0)], limit=1000)
+    task = Task(server, run_dir, 0, "a")
     tasks.append(task)
     watched = watch(grants, task)
     task.start_waiting(0)

@@ -1,5 +1,6 @@
 """PartitionTracker (when a partition commits, and that a failed one never does) and StreamWatcher
-(announced blocks, waits, forged records): the driver-side bookkeeping, without Spark.
+(announced blocks, waits, forged records): the driver-side bookkeeping, without Spark. Task
+records travel over a real control plane (an Arrow Flight `ControlServer` on 127.0.0.1).
 
 Forged records that point outside the run dir, at a link, or at another task's file
 are covered in test_block_dir_security.py; here are the other ways a record can lie.
@@ -7,18 +8,22 @@ are covered in test_block_dir_security.py; here are the other ways a record can 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
 import pyarrow as pa
+import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
 
 from airflow_streambatch.engine.errors import PartitionFailure
 from airflow_streambatch.engine.execution.commit import PartitionCommitter
+from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
 from airflow_streambatch.engine.execution.stream_watcher import ForgedStreamRecordError, StreamWatcher, WatchedTask
-from airflow_streambatch.engine.worker.blocks import STREAM_DIR, BlockRef
+from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.worker.control_client import ControlInfo, call
 from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns
 from airflow_streambatch.engine.worker.streams import OutputStream, stream_name
 
@@ -166,11 +171,21 @@ def test_an_on_commit_callback_that_raises_does_not_undo_the_commit(committer):
 # -- StreamWatcher -----------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def server():
+    control = ControlServer("127.0.0.1")
+    yield control
+    control.shutdown()
+
+
 @pytest.fixture()
 def run_dir(tmp_path):
     d = tmp_path / "run-1"
-    (d / STREAM_DIR).mkdir(parents=True)
+    d.mkdir()
     return str(d)
+
+
+_launches = itertools.count(1)  # one stream name per task of the module: the server is shared
 
 
 def task_block(run_dir, op_index, key, index, size=8, write=True, **changes) -> BlockRef:
@@ -185,14 +200,23 @@ def task_block(run_dir, op_index, key, index, size=8, write=True, **changes) -> 
 
 
 def watched(watcher, op_index, key, granted=100) -> tuple[WatchedTask, OutputStream]:
-    name = stream_name(op_index, key, 1)
+    name = stream_name(op_index, key, next(_launches))
     task = WatchedTask(op_index, key, name, granted, 0.0, 0)
     watcher.watch(task)
-    return task, OutputStream(watcher.run_dir, name, granted=granted, poll_s=0.001)
+    return task, OutputStream(watcher.server.info(timeout_s=5), name, granted=granted)
 
 
-def test_poll_returns_announced_blocks_in_order(run_dir):
-    watcher = StreamWatcher(run_dir)
+def send(out: OutputStream, record: dict) -> dict:
+    """Send ``record`` on the task's stream as any holder of the run's secret could, whatever it says."""
+    return call(out.control, "stream", {"stream": out.name, "record": record})
+
+
+def block_record(ref: BlockRef) -> dict:
+    return {**ref.__dict__, "producer": list(ref.producer), "partitions": list(ref.partitions)}
+
+
+def test_poll_returns_announced_blocks_in_order(server, run_dir):
+    watcher = StreamWatcher(run_dir, server)
     assert watcher.poll() == []
     a, out_a = watched(watcher, 1, "ka")
     b, out_b = watched(watcher, 2, "kb")
@@ -212,39 +236,36 @@ def test_poll_returns_announced_blocks_in_order(run_dir):
     assert a.finished and not b.finished and a.written == 10 + 11 + 12
 
 
-def test_poll_reads_whole_lines_only(run_dir):
-    watcher = StreamWatcher(run_dir)
+def test_poll_reads_whole_records_only(server, run_dir):
+    """A request cut short (a task killed mid-send) is refused whole: nothing of it is read."""
+    watcher = StreamWatcher(run_dir, server)
     task, out = watched(watcher, 1, "k")
     ref = task_block(run_dir, 1, "k", 0)
-    line = json.dumps({"block": {**ref.__dict__, "producer": list(ref.producer),
-                                 "partitions": list(ref.partitions)}}) + "\n"
-    with open(out.path, "a") as f:
-        f.write(line[:20])  # a write not yet complete
-    assert watcher.poll() == [] and task.offset == 0
-    with open(out.path, "a") as f:
-        f.write(line[20:])
+    body = json.dumps({"stream": out.name, "record": {"block": block_record(ref)}, "token": server.token}).encode()
+    with pytest.raises(flight.FlightServerError, match="malformed request"):
+        list(flight.FlightClient(server.uri).do_action(flight.Action("stream", body[:-20])))
+    assert watcher.poll() == [] and task.written == 0
+    list(flight.FlightClient(server.uri).do_action(flight.Action("stream", body)))
     assert watcher.poll() == [(task, ref)]
 
 
-def test_a_lost_block_file_is_still_the_right_block(run_dir):
+def test_a_lost_block_file_is_still_the_right_block(server, run_dir):
     """Announced, then lost (an executor's disk): lineage rebuilds it at the same path."""
-    watcher = StreamWatcher(run_dir)
+    watcher = StreamWatcher(run_dir, server)
     task, out = watched(watcher, 1, "k")
     ref = task_block(run_dir, 1, "k", 0, write=False)
     out.announce(ref)
     assert watcher.poll() == [(task, ref)]
 
 
-def test_wait_lines_make_a_task_waiting_until_granted(run_dir):
-    watcher = StreamWatcher(run_dir)
+def test_wait_records_make_a_task_waiting_until_granted(server, run_dir):
+    watcher = StreamWatcher(run_dir, server)
     up, out_up = watched(watcher, 0, "u", granted=1)
     down, out_down = watched(watcher, 3, "d", granted=0)
     mid, _ = watched(watcher, 1, "m", granted=0)
     out_up.announce(task_block(run_dir, 0, "u", 0))
-    with open(out_up.path, "a") as f:  # what OutputStream.wait_for(1) appends before it blocks
-        f.write(json.dumps({"wait": 1}) + "\n")
-    with open(out_down.path, "a") as f:
-        f.write(json.dumps({"wait": 0}) + "\n")
+    assert send(out_up, {"wait": 1}) == {"grant": 1}  # what OutputStream.wait_for(1) sends before it blocks
+    assert send(out_down, {"wait": 0}) == {"grant": 0}
     watcher.poll()
     assert (up.waiting_for, down.waiting_for, mid.waiting_for) == (1, 0, None)
     assert watcher.waiting() == [down, up]  # most downstream first
@@ -256,8 +277,8 @@ def test_wait_lines_make_a_task_waiting_until_granted(run_dir):
     assert watcher.waiting() == []
 
 
-def test_held_back_follows_tasks_queued_behind_a_waiting_one(run_dir):
-    watcher = StreamWatcher(run_dir)
+def test_held_back_follows_tasks_queued_behind_a_waiting_one(server, run_dir):
+    watcher = StreamWatcher(run_dir, server)
     first, _ = watched(watcher, 1, "a", granted=0)
     second, _ = watched(watcher, 1, "b")
     third, _ = watched(watcher, 1, "c")
@@ -270,14 +291,18 @@ def test_held_back_follows_tasks_queued_behind_a_waiting_one(run_dir):
     assert other.name not in {t.name for t in watcher.held_back(watcher.waiting())}
 
 
-def test_forget_removes_the_stream_and_grant_files(run_dir):
-    watcher = StreamWatcher(run_dir)
+def test_forget_closes_the_stream(server, run_dir):
+    watcher = StreamWatcher(run_dir, server)
     task, out = watched(watcher, 1, "k")
     out.finish(0)
     watcher.grant(task, 3)
     assert watcher.forget(task.name) is task
-    assert not os.path.exists(out.path) and not os.path.exists(out.grant_path)
-    assert task.name not in watcher.tasks
+    assert task.name not in watcher.tasks and server.take_records(task.name) == []
+    with pytest.raises(RuntimeError, match="no longer runs"):  # a late record of the ended attempt stops it
+        out.announce(task_block(run_dir, 1, "k", 0))
+    with pytest.raises(RuntimeError, match="no longer runs"):
+        out.wait_for(200)
+    assert server.take_records(task.name) == []  # and is kept nowhere
 
 
 @pytest.mark.parametrize("lie", [
@@ -291,12 +316,13 @@ def test_forget_removes_the_stream_and_grant_files(run_dir):
     "path of another operator",
     "a missing field",
     "an unknown field",
+    "location not a string",
 ])
-def test_records_that_lie_about_the_block_are_forged(run_dir, lie):
-    watcher = StreamWatcher(run_dir)
+def test_records_that_lie_about_the_block_are_forged(server, run_dir, lie):
+    watcher = StreamWatcher(run_dir, server)
     task, out = watched(watcher, 1, "k")
     good = task_block(run_dir, 1, "k", 0)
-    record = {**good.__dict__, "producer": list(good.producer), "partitions": list(good.partitions)}
+    record = block_record(good)
     if lie == "block id of another index":
         record["block_id"] = "1:k:1"
     elif lie == "block id of another operator":
@@ -319,17 +345,37 @@ def test_records_that_lie_about_the_block_are_forged(run_dir, lie):
         del record["size_bytes"]
     elif lie == "an unknown field":
         record["delete_after"] = "/etc/passwd"
-    with open(out.path, "a") as f:
-        f.write(json.dumps({"block": record}) + "\n")
+    elif lie == "location not a string":
+        record["location"] = ["grpc+tcp://127.0.0.1:1"]
+    send(out, {"block": record})
     with pytest.raises(ForgedStreamRecordError, match="task k of operator 1 announced a block"):
         watcher.poll()
     assert os.path.exists(good.path)  # nothing named was touched
 
 
-def test_the_right_record_after_the_check_passes(run_dir):
+def test_the_right_record_after_the_check_passes(server, run_dir):
     """The control for the forgeries above: the same record, unchanged, is accepted."""
-    watcher = StreamWatcher(run_dir)
+    watcher = StreamWatcher(run_dir, server)
     task, out = watched(watcher, 1, "k")
     good = task_block(run_dir, 1, "k", 0)
     out.announce(good)
+    assert watcher.poll() == [(task, good)]
+
+
+@pytest.mark.parametrize("token", ["not-the-secret", ""])
+def test_a_record_without_the_run_secret_is_refused(server, run_dir, token):
+    """Holders of the run's secret are the only ones heard: the record is refused before it is kept."""
+    watcher = StreamWatcher(run_dir, server)
+    task, out = watched(watcher, 1, "k")
+    good = task_block(run_dir, 1, "k", 0)
+    stranger = ControlInfo(server.uri, token, server.driver_id, timeout_s=5)
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        call(stranger, "stream", {"stream": task.name, "record": {"block": block_record(good)}})
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        call(stranger, "grant", {"stream": task.name, "index": 0, "wait_s": 0})
+    no_token = json.dumps({"stream": task.name, "record": {"done": 1}}).encode()
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        list(flight.FlightClient(server.uri).do_action(flight.Action("stream", no_token)))
+    assert watcher.poll() == [] and not task.finished and task.written == 0
+    out.announce(good)  # the task itself is still heard
     assert watcher.poll() == [(task, good)]

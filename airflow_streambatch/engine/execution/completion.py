@@ -70,6 +70,7 @@ class Completions:
 
     def _succeeded(self, op: Operator, spec: TaskSpec, result: TaskResult) -> None:
         op.estimates.observe(result.work_s, result.input_bytes, result.output_bytes)
+        op.stats.fetched_bytes += result.fetched_bytes
         op.stats.task_done(result)
         self.lineage.register(op.name, self.launcher.payloads[op.index], spec.for_replay(), result.blocks)
         self.partitions.add_files(spec.partitions, result.files)
@@ -116,6 +117,6 @@ class Completions:
             raise StreamBatchError(f"{op.name}: inputs of task {spec.task_key} keep disappearing: {lost}")
         for ref in spec.inputs:
             if ref.block_id in lost:
-                self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds)
+                self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds, self.launcher.blocks)
         op.retry_specs.append(spec)
         op.stats.retried()

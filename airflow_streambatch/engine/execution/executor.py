@@ -22,8 +22,10 @@ import uuid
 
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
+from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.commit import PartitionCommitter
 from airflow_streambatch.engine.execution.completion import Completions
+from airflow_streambatch.engine.execution.control_server import control_server
 from airflow_streambatch.engine.execution.failures import warn_if_block_dir_small
 from airflow_streambatch.engine.execution.flow import BlockFlow
 from airflow_streambatch.engine.execution.launcher import Launcher
@@ -40,8 +42,9 @@ from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher
 from airflow_streambatch.engine.plan.logical import WriteFiles
 from airflow_streambatch.engine.plan.planner import InputBlocksOp, PhysicalOp
 from airflow_streambatch.engine.spark.backend import SparkBackend
+from airflow_streambatch.engine.spark.profiles import check_stage_scheduling, spark_assigns_gpus
 from airflow_streambatch.engine.spark.session import get_spark, ship_package, slots_from_spark, spark_task_slots
-from airflow_streambatch.engine.worker.blocks import BlockRef, create_run_dir, read_block
+from airflow_streambatch.engine.worker.blocks import BlockRef, create_run_dir
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -86,7 +89,12 @@ class StreamingExecutor:
     def start(self) -> StreamingExecutor:
         self.spark = get_spark(min_slots=int(sum((self.ctx.resources or {}).values())))
         ship_package(self.spark)
-        pool = ResourcePool(self.ctx.resources or slots_from_spark(self.spark), spark_task_slots(self.spark))
+        self.control = control_server(self.spark)
+        self.blocks = BlockAccess(self.control.info(self.ctx.control_timeout_s))
+        requests = {op.name: op.compute.as_dict() for op in self.ops if op.runs_tasks}
+        check_stage_scheduling(self.spark, requests)  # a cluster that cannot place these tasks fails now, by setting
+        pool = ResourcePool(self.ctx.resources or slots_from_spark(self.spark, requests.values()),
+                            spark_task_slots(self.spark), assign_gpus=not spark_assigns_gpus(self.spark))
         fit_blocks_to_memory_limit(self.ctx)
         self.memory = MemoryBudget(self.ctx.memory_limit)
         policy = make_policy(self.ctx.scheduling_policy, self.memory)
@@ -96,17 +104,20 @@ class StreamingExecutor:
                 op.mix_partitions = self.committer is None and self.ctx.max_failed_partitions == 0
             if op.runs_tasks:
                 pool.check_feasible(op.compute, op.name)
-        self.flow = BlockFlow(self.operators, BlockLedger(self.memory, self.operators), self.partitions, self.outputs)
+        self.flow = BlockFlow(self.operators, BlockLedger(self.memory, self.operators, self.blocks), self.partitions,
+                              self.outputs)
         self.operators[0].start(self.flow, self.partitions, self.committer, self.skipped)
         self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
-        streams = StreamWatcher(self.run_dir)
+        streams = StreamWatcher(self.run_dir, self.control)
         self.grants = MemoryGrants(self.memory, streams, self.operators, self.heartbeat)
         self.policy = policy
         self.launcher = Launcher(self.ctx, self.operators, self.backend, pool, self.memory, policy, self.grants,
-                                 self.run_dir, self.run_id, self.stats.launch_log)
+                                 self.run_dir, self.run_id, self.stats.launch_log, self.blocks,
+                                 host_agents=not self.spark.sparkContext.master.startswith("local"))
         self.completions = Completions(self.ctx, self.flow, self.partitions, self.lineage, self.launcher, self.grants)
         self.liveness = Liveness(self.ctx, streams, self.backend, policy)
         create_run_dir(self.ctx.block_dir, self.run_id)
+        self.control.start_run(self.run_id)
         warn_if_block_dir_small(self.ctx)
         if self.committer is not None:
             self.committer.claim_staging()
@@ -124,12 +135,13 @@ class StreamingExecutor:
         self.flow.release(ref, delete)
 
     def read_output(self, ref: BlockRef):
-        """Read an output block in the consumer (driver); rebuild it by lineage if its file is gone."""
+        """Read an output block in the consumer (driver), from the host that holds it; rebuild
+        it by lineage if it is gone."""
         try:
-            return read_block(ref)
+            return self.blocks.read(ref)
         except FileNotFoundError:
-            self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds)
-            return read_block(ref)
+            self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds, self.blocks)
+            return self.blocks.read(ref)
 
     def shutdown(self) -> None:
         """Stop launching and cancel running jobs (the consumer stopped early)."""
@@ -139,9 +151,12 @@ class StreamingExecutor:
     def join(self) -> None:
         if self._thread is not None:
             self._thread.join()
+            self.stats.driver_fetched_bytes = self.blocks.fetched_bytes
 
     def cleanup(self) -> None:
+        """Remove the run's blocks: here, and on every host through its agent."""
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.control.end_run(self.run_id)
 
     # -- the loop ---------------------------------------------------------------
     def _run(self) -> None:

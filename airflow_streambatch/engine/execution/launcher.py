@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pyspark import cloudpickle
 
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.memory import MemoryBudget, MemoryGrants
 from airflow_streambatch.engine.execution.operators import Operator
 from airflow_streambatch.engine.execution.policies import SchedulingPolicy
@@ -39,7 +40,7 @@ class Launch:
 class Launcher:
     def __init__(self, ctx: DataContext, operators: list[Operator], backend: SparkBackend, pool: ResourcePool,
                  memory: MemoryBudget, policy: SchedulingPolicy, grants: MemoryGrants, run_dir: str, run_id: str,
-                 launch_log: list):
+                 launch_log: list, blocks: BlockAccess, host_agents: bool):
         self.ctx = ctx
         self.backend = backend
         self.pool = pool
@@ -47,10 +48,12 @@ class Launcher:
         self.policy = policy
         self.grants = grants
         self.launch_log = launch_log  # (operator index, tasks, partitions) per launch, for stats
+        self.blocks = blocks
         self.launches: dict[int, Launch] = {}
         self.payloads = {
             op.index: cloudpickle.dumps(OperatorPayload(
-                op.index, op.name, op.physical.transforms, run_dir, op.max_block_bytes, run_id))
+                op.index, op.name, op.physical.transforms, run_dir, op.max_block_bytes, run_id, blocks.control,
+                host_agents))
             for op in operators if op.runs_tasks
         }
 
@@ -79,6 +82,7 @@ class Launcher:
         groups: list[list[bytes]] = [[] for _ in range(spark_partitions)]
         previous: list[str | None] = [None] * spark_partitions  # tasks of a partition run one after another
         for i, (spec, reserved) in enumerate(zip(specs, reservations)):
+            spec.inputs = [self.blocks.current(ref) for ref in spec.inputs]  # rebuilt ones may live elsewhere now
             spec.gpu_ids = gpu_ids[i % spark_partitions]
             spec.stream = stream_name(op.index, spec.task_key, launch_id)
             input_bytes = sum(ref.size_bytes for ref in spec.inputs)
@@ -95,7 +99,7 @@ class Launcher:
         depth = -(-len(specs) // spark_partitions)  # tasks the busiest Spark partition runs in turn
         deadline = time.monotonic() + timeout * depth if timeout else float("inf")
         self.launches[launch_id] = Launch(op, specs, gpu_ids, deadline)
-        self.backend.submit(launch_id, op.name, self.payloads[op.index], groups)
+        self.backend.submit(launch_id, op.name, self.payloads[op.index], groups, resources=op.compute.as_dict())
 
     def next_outcome(self, timeout: float) -> JobOutcome | None:
         """The next finished job, waiting at most ``timeout`` (``0``: only one already there)."""

@@ -12,12 +12,12 @@ operator is not deterministic and the error says which task.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.errors import LineageError, UserCodeError
+from airflow_streambatch.engine.execution.block_access import BlockAccess
+from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.worker.task_runner import TaskResult, TaskSpec
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
@@ -48,8 +48,9 @@ class LineageTable:
             self.records[ref.block_id] = record
 
     def rebuild(self, ref: BlockRef, run_task: Callable[[bytes, TaskSpec], TaskResult],
-                still_needed: Callable[[str], bool]) -> None:
-        """Recreate the file of ``ref`` by replaying its producing task (and, first, any lost inputs)."""
+                still_needed: Callable[[str], bool], blocks: BlockAccess) -> None:
+        """Recreate the file of ``ref`` by replaying its producing task (and, first, any lost inputs),
+        on whichever host Spark runs it: ``blocks`` learns where the replay wrote them."""
         record = self.records.get(base_id(ref))
         if record is None:
             raise LineageError(f"block {ref.block_id} ({ref.path}) is lost and no task of this run produced it")
@@ -57,13 +58,14 @@ class LineageTable:
         log.warning("rebuilding lost block %s by replaying task %s of %s", ref.block_id, spec.task_key,
                     record.operator)
         for _ in range(MAX_REPLAYS):
+            spec = replace(spec, inputs=[blocks.current(parent) for parent in spec.inputs])
             result = run_task(record.op_blob, spec)
             if not result.lost_inputs:
                 break
             lost = set(result.lost_inputs)
             for parent in spec.inputs:
                 if parent.block_id in lost:
-                    self.rebuild(parent, run_task, still_needed)
+                    self.rebuild(parent, run_task, still_needed, blocks)
         else:
             raise LineageError(f"task {spec.task_key} of {record.operator} kept losing its inputs while replaying")
         if result.error is not None:
@@ -75,9 +77,7 @@ class LineageTable:
                 f"produced {len(result.blocks)} blocks; its first run produced {record.block_count}. "
                 "The operator is not deterministic, so its lost output cannot be rebuilt."
             )
+        blocks.relocated(result.blocks)
         for block in result.blocks:  # the replay rewrote all of the task's blocks: keep the live ones
             if block.path != ref.path and not still_needed(block.path):
-                try:
-                    os.remove(block.path)
-                except FileNotFoundError:
-                    pass
+                blocks.delete(block)

@@ -16,12 +16,12 @@ what running tasks are expected to write (``reserved``), under
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher, WatchedTask
 from airflow_streambatch.engine.worker.blocks import BlockRef
 
@@ -52,9 +52,10 @@ class BlockLedger:
     change to ownership or memory holds the ledger's lock.
     """
 
-    def __init__(self, memory: MemoryBudget, operators: list):
+    def __init__(self, memory: MemoryBudget, operators: list, blocks: BlockAccess | None = None):
         self.memory = memory
         self.operators = operators
+        self.blocks = blocks or BlockAccess(None)
         self._lock = threading.Lock()
         self._owner: dict[str, int] = {}  # block_id -> producing operator index
         self._path_refs: dict[str, int] = {}  # block file -> live references (slices share files)
@@ -97,10 +98,7 @@ class BlockLedger:
                 return
             self._path_refs.pop(ref.path, None)
         if delete:
-            try:
-                os.remove(ref.path)
-            except FileNotFoundError:
-                pass
+            self.blocks.delete(ref)
 
 
 class MemoryGrants:

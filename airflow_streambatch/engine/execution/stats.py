@@ -25,6 +25,7 @@ class OpStats:
     rows_out: int = 0  # rows of output blocks; for a writer (fused operators included), rows of its files
     bytes_out: int = 0
     files_out: int = 0  # files a writer staged
+    fetched_bytes: int = 0  # input bytes its tasks read from another host
     work_s: float = 0.0
     peak_buffered_bytes: int = 0
     first_launch: float | None = None
@@ -77,6 +78,7 @@ class RunStats:
     peak_memory_bytes: int = 0
     launch_log: list[tuple[int, int, int]] = field(default_factory=list)  # (op, tasks, partitions)
     failed_partitions: list = field(default_factory=list)  # PartitionFailure, within max_failed_partitions
+    driver_fetched_bytes: int = 0  # output bytes the driver read from executor hosts
     _start: float = 0.0
 
     def start(self) -> None:
@@ -90,10 +92,15 @@ class RunStats:
             state.stats.overhead_per_task_s = state.sizer.overhead_per_task_s
         self.ops = [state.stats for state in states]
 
+    @property
+    def cross_host_bytes(self) -> int:
+        """Block bytes that crossed the network between hosts: task inputs and driver reads."""
+        return sum(op.fetched_bytes for op in self.ops) + self.driver_fetched_bytes
+
     def summary(self) -> str:
         lines = [
             f"Execution: {self.wall_s:.2f} s wall, peak buffered {human_bytes(self.peak_memory_bytes)}, "
-            f"{len(self.launch_log)} Spark jobs",
+            f"{len(self.launch_log)} Spark jobs, {human_bytes(self.cross_host_bytes)} of blocks moved between hosts",
             "| operator | tasks | blocks | rows | bytes out | wall s | task s | peak buffered | sched overhead/task |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]

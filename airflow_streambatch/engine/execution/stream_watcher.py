@@ -1,8 +1,10 @@
 """The driver side of streaming task output (`worker/streams.py` is the task side).
 
-The driver reads each running task's stream file every turn of its loop, passes
-each announced block downstream at once, and writes grants. It trusts no path a
-stream names: an announced block must be exactly the file the watched task writes.
+The driver reads the records each running task sent to the control server
+(`control_server.py`) every turn of its loop, passes each announced block downstream
+at once, and sets grants. It trusts no block a record names: an announced block must
+be exactly one the task writes: a regular file where the driver can see it, and
+on another host a path its agent checks again before it serves or removes it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import stat
 from dataclasses import dataclass
 
 from airflow_streambatch.engine.errors import StreamBatchError
-from airflow_streambatch.engine.worker.blocks import STREAM_DIR, BlockRef
-from airflow_streambatch.engine.worker.files import atomic_write
+from airflow_streambatch.engine.execution.control_server import ControlServer
+from airflow_streambatch.engine.worker.blocks import BlockRef
 
 
 class ForgedStreamRecordError(StreamBatchError):
@@ -40,43 +42,27 @@ class WatchedTask:
 
 
 class StreamWatcher:
-    """The driver side: reads announcements of running tasks and writes grants."""
+    """The driver side: reads announcements of running tasks and sets grants."""
 
-    def __init__(self, run_dir: str):
+    def __init__(self, run_dir: str, server: ControlServer):
         self.run_dir = run_dir
-        self.dir = os.path.join(run_dir, STREAM_DIR)
+        self.server = server
         self.tasks: dict[str, WatchedTask] = {}
 
     def watch(self, task: WatchedTask) -> None:
         self.tasks[task.name] = task
+        self.server.open_stream(task.name, task.granted)
 
     def forget(self, name: str) -> WatchedTask:
         """Stop watching a task whose attempt ended; returns its last state."""
-        for suffix in (".stream", ".grant"):
-            try:
-                os.remove(os.path.join(self.dir, name + suffix))
-            except FileNotFoundError:
-                pass
+        self.server.close_stream(name)
         return self.tasks.pop(name)
 
     def poll(self) -> list[tuple[WatchedTask, BlockRef]]:
         """New blocks announced since the last poll, in each task's order."""
-        try:
-            present = set(os.listdir(self.dir))
-        except FileNotFoundError:
-            return []
         found = []
         for task in self.tasks.values():
-            if f"{task.name}.stream" not in present:
-                continue
-            fd = os.open(os.path.join(self.dir, f"{task.name}.stream"), os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as f:
-                f.seek(task.offset)
-                data = f.read()
-            complete = data[: data.rfind(b"\n") + 1]
-            task.offset += len(complete)
-            for line in complete.splitlines():
-                record = json.loads(line)
+            for record in self.server.take_records(task.name):
                 if "wait" in record:
                     task.waiting_for = record["wait"]
                     continue
@@ -90,7 +76,7 @@ class StreamWatcher:
 
     def _announced_block(self, task: WatchedTask, fields: dict) -> BlockRef:
         """The block a record announces, if it is exactly one the task writes: the file
-        ``<run_dir>/<op_index>-<task_key>-<index>.arrow``, a regular file, not a link.
+        ``<run_dir>/<op_index>-<task_key>-<index>.arrow`` on the host named by its location.
 
         Anything else is forged (the driver would read any file it names into the
         output, then delete it): an error naming the task, and the path is never touched.
@@ -98,6 +84,8 @@ class StreamWatcher:
         try:
             fields = dict(fields, producer=tuple(fields["producer"]), partitions=tuple(fields["partitions"]))
             ref = BlockRef(**fields)
+            if not isinstance(ref.location, str):
+                raise TypeError("location")
             index = ref.producer[2]
             ok = (type(index) is int and index >= 0 and ref.producer[1] == task.task_key
                   and ref.block_id == f"{task.op_index}:{task.task_key}:{index}"
@@ -106,17 +94,14 @@ class StreamWatcher:
                   and ref.length is None)
         except (KeyError, TypeError, IndexError, ValueError):
             ok = False
-        if ok:
-            try:
-                ok = stat.S_ISREG(os.lstat(ref.path).st_mode)
-            except FileNotFoundError:
-                pass  # lost since: the right path, rebuilt from lineage when read
+        if ok and os.path.lexists(ref.path):  # visible here (local mode, a shared block_dir): a file, not a link
+            ok = stat.S_ISREG(os.lstat(ref.path).st_mode)
         if not ok:
             raise ForgedStreamRecordError(
                 f"task {task.task_key} of operator {task.op_index} announced a block that is not a file it "
                 f"writes (expected {task.op_index}-{task.task_key}-<index>.arrow, a regular file in "
-                f"{self.run_dir}): {json.dumps(fields, default=str)[:300]}. Another process wrote to the run's "
-                "stream directory; the run stops without reading or deleting that path.")
+                f"{self.run_dir}): {json.dumps(fields, default=str)[:300]}. Something other than the task sent it "
+                "with the run's secret; the run stops without reading or deleting that path.")
         return ref
 
     def waiting(self) -> list[WatchedTask]:
@@ -136,4 +121,4 @@ class StreamWatcher:
 
     def grant(self, task: WatchedTask, blocks: int) -> None:
         task.granted = blocks
-        atomic_write(os.path.join(self.dir, f"{task.name}.grant"), str(blocks))  # the task polls it
+        self.server.set_grant(task.name, blocks)  # wakes the task's pending grant call

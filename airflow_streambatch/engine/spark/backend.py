@@ -5,18 +5,23 @@ single operator (Drizzle's group scheduling: a job costs 50-100 ms of driver and
 executor overhead here, so small tasks must share one). Jobs are submitted from
 their own `InheritableThread`, in a FAIR pool named after the operator so CPU and
 GPU work share executors, and tagged with the run so a failure can cancel them all.
+On a cluster an operator that asks for GPUs or custom resources runs its jobs under a
+resource profile (`profiles.py`), so Spark places its tasks where those resources are.
 """
 
 from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
+from airflow_streambatch.engine.spark.profiles import SPARK_RESOURCES_PROPERTY, job_property, profile_for
 from airflow_streambatch.engine.worker.task_runner import run_partition
 
 
@@ -38,13 +43,40 @@ class SparkBackend:
         self.sc = spark.sparkContext
         self.run_tag = run_tag
         self.outcomes: queue.Queue[JobOutcome] = queue.Queue()
+        self._requests: dict[bytes, dict[str, float]] = {}  # operator payload -> its request, for `run_now`
 
-    def submit(self, launch_id: int, pool: str, op_blob: bytes, groups: list[list[bytes]]) -> None:
-        """Run ``groups`` (one list of task specs per Spark partition) as one job, in the background."""
-        thread = InheritableThread(target=self._run_job, args=(launch_id, pool, op_blob, groups), daemon=True)
+    def submit(self, launch_id: int, pool: str, op_blob: bytes, groups: list[list[bytes]],
+               resources: Mapping[str, float] | None = None) -> None:
+        """Run ``groups`` (one list of task specs per Spark partition) as one job, in the background.
+        ``resources``: what each task of the operator asks for (``{"CPU": 1}``, ``{"GPU": 1}``)."""
+        request = dict(resources or {})
+        self._requests[op_blob] = request
+        thread = InheritableThread(target=self._run_job, args=(launch_id, pool, op_blob, groups, request),
+                                   daemon=True)
         thread.start()
 
-    def _run_job(self, launch_id, pool, op_blob, groups) -> None:
+    def _job(self, op_blob: bytes, groups: list[list[bytes]], request: Mapping[str, float]):
+        """The job's RDD, one group of tasks per partition; under the operator's resource profile, if it has one."""
+        rdd = self.sc.parallelize(groups, len(groups))
+        profile = profile_for(self.sc, request)
+        if profile is not None:
+            rdd = rdd.withResources(profile)
+        return rdd.mapPartitions(partial(run_partition, op_blob))
+
+    @contextmanager
+    def _marked(self, request: Mapping[str, float]) -> Iterator[None]:
+        """Tell this thread's jobs' tasks what they asked Spark for (`SPARK_RESOURCES_PROPERTY`): on a
+        cluster a task then takes its GPUs from Spark only, never from the driver."""
+        value = job_property(self.sc, request)
+        if value is not None:
+            self.sc.setLocalProperty(SPARK_RESOURCES_PROPERTY, value)
+        try:
+            yield
+        finally:
+            if value is not None:
+                self.sc.setLocalProperty(SPARK_RESOURCES_PROPERTY, None)
+
+    def _run_job(self, launch_id, pool, op_blob, groups, request) -> None:
         start = time.perf_counter()
         try:
             self.sc.setLocalProperty("spark.scheduler.pool", pool)
@@ -52,8 +84,8 @@ class SparkBackend:
             self.sc.setJobDescription(f"streambatch {self.run_tag} {pool} ({tasks} tasks)")
             self.sc.addJobTag(self.run_tag)
             self.sc.addJobTag(self._launch_tag(launch_id))
-            rdd = self.sc.parallelize(groups, len(groups))  # one element, one partition
-            results = rdd.mapPartitions(partial(run_partition, op_blob)).collect()
+            with self._marked(request):
+                results = self._job(op_blob, groups, request).collect()
             outcome = JobOutcome(launch_id, results, None, time.perf_counter() - start)
         except BaseException as exc:  # noqa: BLE001 - reported to the scheduler loop
             outcome = JobOutcome(launch_id, None, exc, time.perf_counter() - start)
@@ -67,8 +99,10 @@ class SparkBackend:
     def run_now(self, op_blob: bytes, spec_blob: bytes) -> bytes:
         """Run one task as a Spark job in the calling thread (lineage replays)."""
         self.sc.addJobTag(self.run_tag)
+        request = self._requests.get(op_blob, {})
         try:
-            return self.sc.parallelize([[spec_blob]], 1).mapPartitions(partial(run_partition, op_blob)).collect()[0]
+            with self._marked(request):
+                return self._job(op_blob, [[spec_blob]], request).collect()[0]
         finally:
             self.sc.removeJobTag(self.run_tag)
 

@@ -1,5 +1,6 @@
 """The Spark session the engine runs on: starting or joining it, shipping this package
-to its executors, and reading how many execution slots it offers."""
+to its executors, and reading how many execution slots it offers (CPU, and the GPUs and
+custom resources of its executors or workers: `profiles.py`, `cluster.py`)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,19 @@ import sysconfig
 import tempfile
 import threading
 import zipfile
+from collections.abc import Iterable, Mapping
 
 from pyspark.sql import SparkSession
 
+from airflow_streambatch.engine.spark.cluster import standalone_workers
 from airflow_streambatch.engine.spark.java import ensure_java
+from airflow_streambatch.engine.spark.profiles import (
+    dynamic_allocation,
+    engine_name,
+    is_local,
+    offered,
+    spark_resources,
+)
 
 # What every session the engine runs on should have; set in one place for get_spark, the hook's
 # client-mode driver and spark-submit runs, the tests and the benchmarks. Settings a user gives
@@ -120,25 +130,54 @@ def ship_user_module(spark: SparkSession, module_name: str) -> None:
         _add_py_files(spark, top)
 
 
-def slots_from_spark(spark: SparkSession) -> dict[str, float]:
-    """Execution slots Spark offers: task slots as CPU, executor GPUs as GPU."""
+def slots_from_spark(spark: SparkSession, requests: Iterable[Mapping[str, float]] = ()) -> dict[str, float]:
+    """Execution slots Spark offers: task slots as CPU, and the units of each resource the
+    ``requests`` (operators' requests) ask for that Spark can place tasks on.
+
+    Resources are counted where the tasks will run (`profiles.offered`): the executors that
+    own them (only some may: a heterogeneous cluster), or under dynamic allocation the
+    standalone workers that have them, since executors with GPUs start only when GPU tasks
+    wait. Local mode counts no resources (``DataContext.resources`` gives them).
+    """
     sc = spark.sparkContext
-    conf = sc.getConf()
-    slots: dict[str, float] = {"CPU": float(sc.defaultParallelism)}
-    gpus_per_executor = float(conf.get("spark.executor.resource.gpu.amount", "0"))
-    if gpus_per_executor and not sc.master.startswith("local["):
-        executors = max(1, len(sc._jsc.sc().getExecutorMemoryStatus()) - 1)
-        slots["GPU"] = gpus_per_executor * executors
+    cores = _dynamic_cluster_cores(sc, default_profile=True)
+    slots: dict[str, float] = {"CPU": float(cores if cores is not None else sc.defaultParallelism)}
+    names = {name for request in requests for name in spark_resources(request)}
+    for name, amount in (offered(sc, names) or {}).items():
+        slots[engine_name(name)] = amount
     return slots
+
+
+def _dynamic_cluster_cores(sc, default_profile: bool) -> int | None:
+    """Cores the application may get under dynamic allocation on a standalone master: its alive
+    workers' cores, at most ``spark.cores.max``; for the default profile's executors (those of
+    CPU operators) also at most ``spark.dynamicAllocation.maxExecutors`` (a cap per profile) of
+    ``spark.executor.cores``. ``None`` elsewhere: ``defaultParallelism`` counts the executors
+    that registered, and under dynamic allocation executors start only when tasks wait."""
+    if not dynamic_allocation(sc) or is_local(sc):
+        return None
+    workers = standalone_workers(sc)
+    if not workers:
+        return None
+    conf = sc.getConf()
+    cores = sum(w.cores for w in workers)
+    if conf.get("spark.cores.max"):
+        cores = min(cores, int(conf.get("spark.cores.max")))
+    max_executors, per_executor = conf.get("spark.dynamicAllocation.maxExecutors"), conf.get("spark.executor.cores")
+    if default_profile and max_executors and per_executor:
+        cores = min(cores, int(max_executors) * int(per_executor))
+    return max(1, cores)
 
 
 def spark_task_slots(spark: SparkSession) -> int:
     """Spark tasks that run at once: ``local[N]`` threads, else the executors' cores
-    (Spark's default parallelism), divided by ``spark.task.cpus``."""
+    (Spark's default parallelism; under dynamic allocation the cores it may get, in every
+    profile), divided by ``spark.task.cpus``."""
     sc = spark.sparkContext
     local = re.match(r"local(?:\[(\d+|\*)(?:,\d+)?\])?$", sc.master)
     if local:
         cores = 1 if local.group(1) is None else (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1))
     else:
-        cores = sc.defaultParallelism
+        dynamic = _dynamic_cluster_cores(sc, default_profile=False)
+        cores = dynamic if dynamic is not None else sc.defaultParallelism
     return max(1, cores // max(1, int(sc.getConf().get("spark.task.cpus", "1"))))

@@ -37,6 +37,8 @@ class BlockRef:
     :param partitions: input (source) partitions this block descends from.
     :param offset, length: a row slice of the file; ``length=None`` means all rows.
         Slices let `limit` and `repartition` cut blocks without touching data.
+    :param location: the block server of the host that holds the file (its host agent,
+        `host_agent.py`); ``""`` where every reader sees the file at ``path`` (local mode).
     """
 
     block_id: str
@@ -47,6 +49,7 @@ class BlockRef:
     partitions: tuple[int, ...]
     offset: int = 0
     length: int | None = None
+    location: str = ""
 
     def slice(self, offset: int, length: int) -> BlockRef:
         """A view of ``length`` rows starting at ``offset`` of this view."""
@@ -81,9 +84,6 @@ def read_block(ref: BlockRef) -> pa.Table:
     return table
 
 
-STREAM_DIR = "streams"  # a run's task output streams (`streams.py`)
-
-
 def create_run_dir(block_dir: str, run_id: str) -> str:
     """Make this run's block directory, marked with the driver that owns it, after
     removing the directories of drivers on this host that died without cleaning up
@@ -91,12 +91,11 @@ def create_run_dir(block_dir: str, run_id: str) -> str:
 
     The driver reads, returns and deletes whatever the run directory holds, so it must
     be private: ``block_dir`` must be ours and writable by nobody else (checked, or
-    created 0700), and the run directory and its stream directory are created 0700."""
+    created 0700), and the run directory is created 0700."""
     check_block_dir(block_dir)
     _sweep_orphans(block_dir)
     run_dir = os.path.join(block_dir, f"run-{run_id}")
     os.mkdir(run_dir, 0o700)  # never reuse one: a run id is new, an existing directory is not ours
-    os.mkdir(os.path.join(run_dir, STREAM_DIR), 0o700)
     atomic_write(os.path.join(run_dir, OWNER_FILE), owner_mark())  # the sweep never reads half a mark
     return run_dir
 

@@ -34,14 +34,19 @@ def left_by_dead_driver(mark: str) -> bool:
     return left_by_dead_process(host, pid_number)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs. A zombie (killed, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: the signal check is all there is
 
 
 def process_start(pid: int) -> str:
@@ -63,7 +68,7 @@ def left_by_dead_process(host: str, pid: int, started: str = "") -> bool:
     the one that started at ``started`` (see `process_start`)."""
     if host != this_host():
         return False
-    if not _alive(pid):
+    if not process_alive(pid):
         return True
     now = process_start(pid)
     return bool(started and now and now != started)

@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING
 from pyspark import cloudpickle
 
 from airflow_streambatch.engine.errors import is_disk_full
-from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef, read_block, write_block
+from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef, write_block
+from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.worker.host_agent import ensure_agent, prepare_run_dir
 from airflow_streambatch.engine.worker.staging import StagedFile
-from airflow_streambatch.engine.worker.streams import NO_GRANT_LIMIT, STREAM_DIR, OutputStream, TaskYielded
+from airflow_streambatch.engine.worker.streams import NO_GRANT_LIMIT, OutputStream, TaskYielded
+from airflow_streambatch.engine.worker.transport import BlockLostError, read_any
 from airflow_streambatch.engine.worker.udf import TaskEnv, chain, gpu_env
 
 if TYPE_CHECKING:  # plan nodes arrive pickled; the worker only calls their methods
@@ -31,7 +34,11 @@ if TYPE_CHECKING:  # plan nodes arrive pickled; the worker only calls their meth
 
 @dataclass
 class OperatorPayload:
-    """The part of a task that is the same for every task of one operator."""
+    """The part of a task that is the same for every task of one operator.
+
+    ``host_agents``: blocks stay on the host that wrote them and its agent serves them
+    (`host_agent.py`); off in local mode, where every task shares the driver's host.
+    """
 
     op_index: int
     name: str
@@ -39,6 +46,9 @@ class OperatorPayload:
     run_dir: str
     target_block_bytes: int
     run_id: str = ""
+    control: ControlInfo | None = None
+    host_agents: bool = False
+    location: str = ""  # set on the executor: this host's agent
 
 
 @dataclass
@@ -78,14 +88,23 @@ class TaskResult:
     files: list[StagedFile] = field(default_factory=list)  # what a sink task staged
     no_space: str | None = None  # the path a write failed on for want of disk space (not the partition's fault)
     yielded: bool = False  # preempted while waiting for memory, or not started after one was: run it again
+    fetched_bytes: int = 0  # input bytes read from another host
 
 
-def _input_tables(spec: TaskSpec) -> Iterator:
-    if spec.read_task is not None:
-        yield from spec.read_task.read()
-    else:
-        for ref in spec.inputs:
-            yield read_block(ref)
+def _fetch_inputs(op: OperatorPayload, spec: TaskSpec) -> tuple[list, list[str], int]:
+    """Every input block of ``spec`` (from this host or fetched from the one that holds it),
+    before any output is written: a lost one is rebuilt by the driver and the task run again.
+    Returns the tables, the ids of lost blocks and the bytes that crossed the network."""
+    tables, lost, fetched = [], [], 0
+    for ref in spec.inputs:
+        try:
+            table, moved = read_any(ref, op.control)
+        except BlockLostError:
+            lost.append(ref.block_id)
+            continue
+        tables.append(table)
+        fetched += moved
+    return tables, lost, fetched
 
 
 class TaskOutput:
@@ -97,7 +116,7 @@ class TaskOutput:
         self.op = op
         self.spec = spec
         self.blocks: list[BlockRef] = []
-        self.stream = OutputStream(op.run_dir, spec.stream, spec.granted) if spec.stream else None
+        self.stream = OutputStream(op.control, spec.stream, spec.granted) if spec.stream else None
         self.announced = 0
         self.writing: str | None = None  # the block file being written
 
@@ -114,6 +133,7 @@ class TaskOutput:
             size_bytes=table.nbytes,
             producer=(op.name, spec.task_key, index),
             partitions=spec.partitions,
+            location=op.location,
         )
         self.blocks.append(ref)
         if index < spec.skip_blocks:
@@ -137,7 +157,7 @@ class TaskOutput:
 def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     """Run one task to completion; never raises for errors in user code or data."""
     start = time.perf_counter()
-    lost = [ref.block_id for ref in spec.inputs if not os.path.exists(ref.path)]
+    inputs, lost, fetched = _fetch_inputs(op, spec)
     if lost:  # the driver rebuilds them by lineage, then runs this task again
         return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost)
     env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions)
@@ -147,7 +167,8 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     input_bytes = sum(ref.size_bytes for ref in spec.inputs)
     schema = None
     try:
-        for table in chain(op.transforms, _input_tables(spec), env):
+        source = spec.read_task.read() if spec.read_task is not None else iter(inputs)
+        for table in chain(op.transforms, source, env):
             if schema is None:
                 schema = table.schema
             elif table.num_rows and not table.schema.equals(schema):
@@ -172,23 +193,39 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
         )
     return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
         spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,
-        sum(ref.size_bytes for ref in output.blocks), files=env.written,
+        sum(ref.size_bytes for ref in output.blocks), files=env.written, fetched_bytes=fetched,
     )
 
 
 def _task_gpus(spec: TaskSpec) -> tuple[str, ...]:
-    """GPU addresses Spark assigned (cluster managers with task resource profiles),
-    else the ones the driver's scheduler assigned (local mode)."""
+    """The GPUs this task may use.
+
+    On a cluster only Spark knows which GPUs of which host a task holds: it assigns them by
+    the operator's resource profile, and the backend marks every cluster job with what its
+    tasks asked for (the local property below, `spark/profiles.SPARK_RESOURCES_PROPERTY`).
+    There a task takes Spark's addresses or none: an id the driver made up would name a GPU
+    of another host, or one that another task holds. In local mode (no mark) Spark cannot
+    schedule by resources, and the driver's scheduler assigned ``spec.gpu_ids``.
+    """
     try:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        gpus = ctx.resources().get("gpu") if ctx is not None else None
-        if gpus is not None and gpus.addresses:
-            return tuple(gpus.addresses)
-    except Exception:  # noqa: BLE001 - no task context outside Spark
-        pass
-    return spec.gpu_ids
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        ctx = None
+    asked = ctx.getLocalProperty("streambatch.sparkResources") if ctx is not None else None
+    if asked is None:  # local mode, or outside Spark
+        return spec.gpu_ids
+    if "gpu" not in asked.split(","):
+        return ()  # a CPU operator holds no GPU, even on an executor that has some
+    gpus = ctx.resources().get("gpu")
+    if gpus is None or not gpus.addresses:
+        raise RuntimeError(
+            "Spark assigned no GPU to a task of an operator with num_gpus: its executor owns none. Set "
+            "spark.dynamicAllocation.enabled=true (executors with GPUs for GPU operators) or "
+            "spark.executor.resource.gpu.amount, and spark.worker.resource.gpu.amount with "
+            "spark.worker.resource.gpu.discoveryScript on the GPU workers (docs/cluster-gpus.md)")
+    return tuple(gpus.addresses)
 
 
 def _remove(path: str) -> None:
@@ -204,7 +241,10 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
     Drains its whole input, so Spark keeps the Python worker (and its cached models).
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
-    os.makedirs(os.path.join(op.run_dir, STREAM_DIR), mode=0o700, exist_ok=True)  # private, as the driver made it
+    if op.host_agents:  # this host's blocks outlive this worker: its agent serves them, then removes them
+        agent = ensure_agent(os.path.dirname(op.run_dir), op.control)
+        prepare_run_dir(op.run_dir, agent["mark"])
+        op.location = agent["uri"]
     results = []
     for blob in (blob for group in groups for blob in group):
         spec = cloudpickle.loads(blob)

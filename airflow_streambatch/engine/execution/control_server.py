@@ -1,0 +1,137 @@
+"""The driver side of the control plane: an Arrow Flight server tasks and host agents call.
+
+One per driver process, shared by its runs. It holds, for each running task attempt,
+the records the task sent (blocks written, a wait, done) until the scheduler loop
+reads them, and the task's grant, which a waiting task's ``grant`` call blocks on
+(`worker/streams.py` is the task side). Host agents (`worker/host_agent.py`) call
+``agent`` every second to learn which runs are still alive: the block directories of
+the others are removed on their hosts.
+
+Every call must carry the secret made when the server started; the server binds to
+the address executors reach the driver at (``spark.driver.host``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow.flight as flight
+
+from airflow_streambatch.engine.worker.control_client import ControlInfo
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
+
+
+@dataclass
+class _Stream:
+    grant: int
+    records: list[dict] = field(default_factory=list)
+
+
+class ControlServer(flight.FlightServerBase):
+    def __init__(self, host: str, bind_host: str | None = None):
+        super().__init__(f"grpc+tcp://{bind_host or host}:0")
+        self.uri = f"grpc+tcp://{host}:{self.port}"
+        self.token = secrets.token_hex(16)
+        self.driver_id = uuid.uuid4().hex[:12]
+        self._cond = threading.Condition()
+        self._streams: dict[str, _Stream] = {}
+        self._live_runs: set[str] = set()
+
+    def info(self, timeout_s: float) -> ControlInfo:
+        return ControlInfo(self.uri, self.token, self.driver_id, timeout_s)
+
+    # -- the scheduler's side ---------------------------------------------------------
+    def open_stream(self, name: str, granted: int) -> None:
+        with self._cond:
+            self._streams[name] = _Stream(granted)
+
+    def close_stream(self, name: str) -> None:
+        with self._cond:
+            self._streams.pop(name, None)
+            self._cond.notify_all()
+
+    def take_records(self, name: str) -> list[dict]:
+        """Records a task sent since the last call, in order."""
+        with self._cond:
+            stream = self._streams.get(name)
+            if stream is None or not stream.records:
+                return []
+            records, stream.records = stream.records, []
+            return records
+
+    def set_grant(self, name: str, blocks: int) -> None:
+        with self._cond:
+            stream = self._streams.get(name)
+            if stream is not None:
+                stream.grant = blocks
+                self._cond.notify_all()
+
+    def start_run(self, run_id: str) -> None:
+        with self._cond:
+            self._live_runs.add(run_id)
+
+    def end_run(self, run_id: str) -> None:
+        """The run's blocks are no longer needed anywhere: host agents remove them."""
+        with self._cond:
+            self._live_runs.discard(run_id)
+
+    # -- what tasks and agents call ----------------------------------------------------
+    def do_action(self, context, action):
+        try:
+            body = json.loads(action.body.to_pybytes())
+        except ValueError:
+            raise flight.FlightServerError("malformed request") from None
+        if not hmac.compare_digest(str(body.get("token", "")), self.token):
+            raise flight.FlightUnauthenticatedError("wrong or missing token")
+        handler = {"stream": self._stream, "grant": self._grant, "agent": self._agent}.get(action.type)
+        if handler is None:
+            raise flight.FlightServerError(f"unknown action {action.type!r}")
+        return [json.dumps(handler(body)).encode()]
+
+    def _stream(self, body: dict) -> dict:
+        with self._cond:
+            stream = self._streams.get(body["stream"])
+            if stream is None:
+                return {"closed": True}
+            stream.records.append(body["record"])
+            return {"grant": stream.grant}
+
+    def _grant(self, body: dict) -> dict:
+        """Block until the stream may write block ``index`` (or must yield), at most ``wait_s``."""
+        index, wait_s = int(body["index"]), min(float(body.get("wait_s", 1.0)), 5.0)
+        with self._cond:
+            self._cond.wait_for(lambda: self._granted_or_gone(body["stream"], index), timeout=wait_s)
+            stream = self._streams.get(body["stream"])
+            return {"closed": True} if stream is None else {"grant": stream.grant}
+
+    def _granted_or_gone(self, name: str, index: int) -> bool:
+        stream = self._streams.get(name)
+        return stream is None or stream.grant < 0 or stream.grant > index
+
+    def _agent(self, body: dict) -> dict:
+        with self._cond:
+            return {"live_runs": sorted(self._live_runs)}
+
+
+_server: ControlServer | None = None
+_server_lock = threading.Lock()
+
+
+def control_server(spark) -> ControlServer:
+    """This driver's control server, started on first use at the address executors reach
+    the driver at (``spark.driver.host``; bound to ``spark.driver.bindAddress`` when set)."""
+    global _server
+    with _server_lock:
+        if _server is None:
+            conf = spark.sparkContext.getConf()
+            host = conf.get("spark.driver.host", "127.0.0.1")
+            _server = ControlServer(host, conf.get("spark.driver.bindAddress", None))
+            log.debug("control plane listening at %s", _server.uri)
+        return _server
