@@ -31,7 +31,7 @@ import pytest
 
 from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.worker.blocks import BlockRef, write_block
-from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError
+from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
 from airflow_streambatch.engine.worker.host_agent import ORPHAN_S, ensure_agent, prepare_run_dir
 from airflow_streambatch.engine.worker.streams import GRANT_WAIT_S, YIELD, OutputStream, TaskYielded, stream_name
 from airflow_streambatch.engine.worker.transport import BlockLostError, delete_blocks, read_any
@@ -266,7 +266,7 @@ def test_host_agent_serves_blocks_follows_runs_and_exits_with_its_driver(tmp_pat
         assert ensure_agent(block_dir, info)["pid"] == agent["pid"]
         assert agent["uri"].startswith("grpc+tcp://127.0.0.1:")
         assert sorted(f for f in os.listdir(block_dir) if f.startswith("agent-")) == [
-            f"agent-{driver.driver_id}.{ext}" for ext in ("json", "lock", "log")]
+            f"agent-{driver.driver_id}-{socket.gethostname()}.{ext}" for ext in ("json", "lock", "log")]
 
         run1, run2, foreign = (os.path.join(block_dir, f"run-{r}") for r in ("r1", "r2", "r3"))
         prepare_run_dir(run1, agent["mark"])
@@ -290,7 +290,8 @@ def test_host_agent_serves_blocks_follows_runs_and_exits_with_its_driver(tmp_pat
         os.symlink(outside, os.path.join(block_dir, "run-evil"))
         refused = [os.path.join(run1, "../../etc/passwd"), "/etc/passwd", secret,
                    os.path.join(run1, "0-p00000-1.arrow"), os.path.join(block_dir, "run-evil", "secret.arrow"),
-                   os.path.join(run1, "_driver"), os.path.join(block_dir, f"agent-{driver.driver_id}.json")]
+                   os.path.join(run1, "_driver"),
+                   os.path.join(block_dir, f"agent-{driver.driver_id}-{socket.gethostname()}.json")]
         for path in refused:
             with pytest.raises(flight.FlightServerError, match="not a block path"):
                 blocks.do_get(ticket(driver.token, path)).read_all()
@@ -424,3 +425,20 @@ def test_read_any_from_a_host_that_is_gone_is_lost_in_bounded_time(served, host)
         with pytest.raises(BlockLostError, match=re.escape(f"could not be fetched from {location}")):
             read_any(ref_at("/nowhere/0-p00000-0.arrow", location), control)
         assert time.monotonic() - start < control.timeout_s + 2
+
+
+def test_a_record_resent_after_a_lost_answer_is_taken_once(server):
+    """A task whose call timed out after the driver took its record sends it again, with the
+    same number: the driver takes it once (a block announced twice would be consumed twice)."""
+    name = "0-p00042-9"
+    server.open_stream(name, 5)
+    try:
+        info = server.info(timeout_s=5)
+        record = {"done": 0}
+        for seq in (0, 0, 1, 1):
+            assert call(info, "stream", {"stream": name, "seq": seq, "record": record}) == {"grant": 5}
+        assert server.take_records(name) == [record, record]
+        with pytest.raises(flight.FlightServerError, match="record 5 before 2"):
+            call(info, "stream", {"stream": name, "seq": 5, "record": record})
+    finally:
+        server.close_stream(name)

@@ -2,8 +2,10 @@
 
 One per driver process, shared by its runs. It holds, for each running task attempt,
 the records the task sent (blocks written, a wait, done) until the scheduler loop
-reads them, and the task's grant, which a waiting task's ``grant`` call blocks on
-(`worker/streams.py` is the task side). Host agents (`worker/host_agent.py`) call
+reads them, each exactly once (a task resends a record whose answer it did not get;
+records are numbered, and a number already taken is not taken again), and the task's
+grant, which a waiting task's ``grant`` call blocks on (`worker/streams.py` is the
+task side). Host agents (`worker/host_agent.py`) call
 ``agent`` every second to learn which runs are still alive: the block directories of
 the others are removed on their hosts.
 
@@ -32,6 +34,7 @@ log = logging.getLogger("airflow_streambatch.engine.progress")
 class _Stream:
     grant: int
     records: list[dict] = field(default_factory=list)
+    received: int = 0  # records taken: a retried call (its answer was lost) carries a number below this
 
 
 class ControlServer(flight.FlightServerBase):
@@ -100,7 +103,12 @@ class ControlServer(flight.FlightServerBase):
             stream = self._streams.get(body["stream"])
             if stream is None:
                 return {"closed": True}
-            stream.records.append(body["record"])
+            seq = int(body.get("seq", stream.received))
+            if seq == stream.received:  # at most once: a block announced twice would be consumed twice
+                stream.records.append(body["record"])
+                stream.received += 1
+            elif seq > stream.received:
+                raise flight.FlightServerError(f"stream {body['stream']}: record {seq} before {stream.received}")
             return {"grant": stream.grant}
 
     def _grant(self, body: dict) -> dict:

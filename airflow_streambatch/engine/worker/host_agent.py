@@ -36,7 +36,7 @@ import pyarrow.flight as flight
 from airflow_streambatch.engine.worker.blocks import check_block_dir
 from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
 from airflow_streambatch.engine.worker.files import atomic_write
-from airflow_streambatch.engine.worker.owner import OWNER_FILE, owner_mark, process_alive, process_start
+from airflow_streambatch.engine.worker.owner import OWNER_FILE, owner_mark, process_alive, process_start, this_host
 
 HEARTBEAT_S = 1.0
 ORPHAN_S = 10.0
@@ -142,16 +142,21 @@ def serve(block_dir: str, host: str, control: ControlInfo) -> None:
         server.shutdown()
 
 
+def _agent_name(block_dir: str, driver_id: str, suffix: str) -> str:
+    """Named by driver and host: a block_dir that several hosts share holds one agent per host."""
+    return os.path.join(block_dir, f"agent-{driver_id}-{this_host()}.{suffix}")
+
+
 def agent_file(block_dir: str, driver_id: str) -> str:
-    return os.path.join(block_dir, f"agent-{driver_id}.json")
+    return _agent_name(block_dir, driver_id, "json")
 
 
 def lock_file(block_dir: str, driver_id: str) -> str:
-    return os.path.join(block_dir, f"agent-{driver_id}.lock")
+    return _agent_name(block_dir, driver_id, "lock")
 
 
 def log_file(block_dir: str, driver_id: str) -> str:
-    return os.path.join(block_dir, f"agent-{driver_id}.log")
+    return _agent_name(block_dir, driver_id, "log")
 
 
 def advertised_host(driver_uri: str) -> str:

@@ -57,6 +57,7 @@ class OutputStream:
         self.name = name
         self.granted = granted
         self.waited_s = 0.0
+        self.sent = 0  # records sent: each carries its number, so a retried call is not taken twice
 
     def wait_for(self, index: int) -> None:
         """Return once block ``index`` may be written (the driver granted ``index + 1`` blocks)."""
@@ -77,7 +78,8 @@ class OutputStream:
         self._send({"done": blocks})
 
     def _send(self, record: dict) -> None:
-        self._take(call(self.control, "stream", {"stream": self.name, "record": record}))
+        self._take(call(self.control, "stream", {"stream": self.name, "seq": self.sent, "record": record}))
+        self.sent += 1
 
     def _take(self, reply: dict) -> None:
         if reply.get("closed"):  # the driver ended this attempt (its job was cancelled or the run stopped)
