@@ -29,9 +29,15 @@ import pyspark
 from standalone_cluster import StandaloneCluster
 
 PRIVATE_ROOTS = ("/dev/shm", "/tmp")
+# The checkout and its interpreter stay visible when they live under a private root (a CI clone in
+# /tmp): bound back from the view of the process that starts the host (``/proc/$PPID/root``).
+_KEEP = sorted({p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.prefix)
+                if p.startswith(tuple(r + "/" for r in PRIVATE_ROOTS))})
+_KEEP_MOUNTS = "".join(f'mkdir -p "{p}" && mount --bind "/proc/$PPID/root{p}" "{p}" || exit 96; ' for p in _KEEP)
 # Runs as root inside the new namespace: fresh tmpfs on every private root, then the real command.
 _MOUNT_AND_EXEC = (f"for d in {' '.join(PRIVATE_ROOTS)}; do "
-                   'mount -t tmpfs -o mode=1777,size=4g,nosuid,nodev streambatch-host "$d" || exit 97; done; exec "$@"')
+                   'mount -t tmpfs -o mode=1777,size=4g,nosuid,nodev streambatch-host "$d" || exit 97; done; '
+                   f'{_KEEP_MOUNTS}exec "$@"')
 HOST_WRAPPER = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _MOUNT_AND_EXEC, "host"]
 
 
@@ -89,11 +95,13 @@ class Host:
         return namespace_pids(self.namespace)
 
     def files(self, roots: tuple[str, ...] = PRIVATE_ROOTS) -> list[str]:
-        """Every file and directory under ``roots`` as this host sees them (absolute paths)."""
+        """Every file and directory under ``roots`` as this host sees them (absolute paths), but
+        not the checkout bound back into them (``_KEEP``)."""
         if self.ns_fd < 0:
             raise RuntimeError(f"{self.name} was released; its namespace is gone")
+        prune = [arg for path in _KEEP for arg in ("-path", path, "-prune", "-o")]
         out = subprocess.run(["nsenter", f"--mount=/proc/self/fd/{self.ns_fd}", "find", *roots, "-mindepth", "1",
-                              "-print0"], pass_fds=(self.ns_fd,), capture_output=True, text=True, timeout=60)
+                              *prune, "-print0"], pass_fds=(self.ns_fd,), capture_output=True, text=True, timeout=60)
         if out.returncode != 0 and "nsenter:" in out.stderr:
             raise RuntimeError(f"cannot enter {self.name}: {out.stderr.strip()}")
         return sorted(path for path in out.stdout.split("\0") if path)  # find fails on files deleted meanwhile
