@@ -260,14 +260,20 @@ class EpochCheckpoint:
             return None
         # recomputed from the frozen manifest, so records written before the fingerprint covered the inputs
         # only (it used to cover the interval bounds too) are compared by their inputs as well
-        before = EpochManifest.from_dict(previous.epoch).fingerprint if previous is not None else None
-        if previous is not None and before != manifest.fingerprint:
+        frozen = EpochManifest.from_dict(previous.epoch) if previous is not None else None
+        if frozen is not None and frozen.fingerprint != manifest.fingerprint:
             done = len(previous.by_state("committed"))
+            files = {(p.path, p.size, p.mtime, p.etag) for p in frozen.partitions}
+            if files == {(p.path, p.size, p.mtime, p.etag) for p in manifest.partitions}:
+                why = ("the same files, split into partitions differently: max_partition_bytes changed since "
+                       "the epoch started. Keep the setting it started with, or")
+            else:
+                why = "files were added, removed or rewritten since. Restore the inputs, or"
             raise EpochChangedError(
                 f"{self.output_path} holds {done} partition(s) committed from epoch inputs with fingerprint "
-                f"{before}, but this run's manifest has fingerprint {manifest.fingerprint} (files were "
-                "added, removed or rewritten since). Mixing both would duplicate or lose rows: set "
-                "full_recompute=True on the operator to recompute the whole epoch, or restore the inputs."
+                f"{frozen.fingerprint}, but this run's manifest has fingerprint {manifest.fingerprint} ({why} set "
+                "full_recompute=True on the operator to recompute the whole epoch). Mixing both would duplicate "
+                "or lose rows."
             )
         return previous
 

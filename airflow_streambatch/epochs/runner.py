@@ -147,6 +147,10 @@ def _run_epoch(manifest, pipeline, output_path, input_format, output_format, pip
     fn = load_pipeline(pipeline)
     checkpoint = EpochCheckpoint(output_path)
     previous = checkpoint.validate(manifest, full_recompute)
+    if previous is not None and previous.status == "running":  # we hold the lease: that try is not running
+        log.warning("try %d of epoch %s..%s stopped without recording why (its record still says running): its "
+                    "driver was killed (SIGKILL, the out-of-memory killer, a lost host); resuming from its commits",
+                    previous.tries, manifest.interval_start, manifest.interval_end)
     record = EpochRecord.start(manifest, output_path)
     record.tries = (previous.tries if previous else 0) + 1
     if not manifest.partitions:  # a quiet interval: an empty epoch is done, not an error

@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, as_uri, record_uri, stop_reason
-from airflow_streambatch.epochs.manifest import EpochManifest, list_inputs
+from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest, list_inputs
 from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
 from airflow_streambatch.epochs.runner import check_formats, check_output_apart, load_pipeline, run_epoch
 from airflow_streambatch.epochs.spark_app import spec_for
@@ -57,7 +57,8 @@ class StreamBatchOperator(BaseOperator):
     """Runs a streaming-batch pipeline over an epoch's inputs on Spark and commits each input partition once.
 
     The pipeline is an importable function ``fn(ds, epoch, **pipeline_kwargs)`` that
-    gets the epoch's input `Dataset` (one partition per manifest file) and the
+    gets the epoch's input `Dataset` (one partition per manifest partition: a file, or
+    a row-group range of a large Parquet file) and the
     `EpochManifest`, and returns the transformed Dataset; the operator writes it to
     ``output_path`` with a sink that commits per input partition exactly once.
 
@@ -74,6 +75,9 @@ class StreamBatchOperator(BaseOperator):
         are listed when the task first runs and frozen in ``<output_path>/_epoch.json``
         for its retries.
     :param input_path: the input directory or glob, when no manifest is given (templated).
+    :param max_partition_bytes: with ``input_path``, Parquet files larger than this become
+        row-group ranges of about this size, one partition (read task, retry, commit) each,
+        as `EpochSensor` does; ``None`` keeps one partition per file. Default 128 MiB.
     :param input_format: ``parquet`` (default), ``csv``, ``json``, ``text`` or ``binary_files``.
     :param output_format: ``parquet`` (default), ``json`` or ``csv``.
     :param pipeline_kwargs: keyword arguments for the pipeline function (templated).
@@ -97,7 +101,8 @@ class StreamBatchOperator(BaseOperator):
                  input_path: str | None = None, input_format: str = "parquet", output_format: str = "parquet",
                  pipeline_kwargs: dict | None = None, streambatch_conn_id: str | None = None,
                  deploy_mode: str = "in_process", spark_conf: dict | None = None, data_context: dict | None = None,
-                 full_recompute: bool = False, output_asset: Asset | None = None, **kwargs: Any) -> None:
+                 full_recompute: bool = False, output_asset: Asset | None = None,
+                 max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES, **kwargs: Any) -> None:
         if output_asset is not None:
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), output_asset]
         super().__init__(**kwargs)
@@ -111,6 +116,7 @@ class StreamBatchOperator(BaseOperator):
         self.output_path = output_path
         self.manifest = manifest
         self.input_path = input_path
+        self.max_partition_bytes = max_partition_bytes
         self.input_format = input_format
         self.output_format = output_format
         self.pipeline_kwargs = pipeline_kwargs or {}
@@ -265,7 +271,7 @@ class StreamBatchOperator(BaseOperator):
         if previous is not None:  # frozen by an earlier try: retries see the same inputs
             return EpochManifest.from_dict(previous.epoch)
         start, end = epoch_interval(context)
-        return EpochManifest(start, end, list_inputs(self.input_path))
+        return EpochManifest(start, end, list_inputs(self.input_path)).split(self.max_partition_bytes)
 
     # -- progress: the task state store mirrors the commit records ----------------------
     @staticmethod

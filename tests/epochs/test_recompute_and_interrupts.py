@@ -190,3 +190,19 @@ def test_sigterm_to_the_spark_submit_application_records_the_epoch_failed_and_cl
     assert "received SIGTERM" in record["reason"]
     assert record["updated_at"] - proc.sigterm_at < 3  # before Airflow's SIGKILL (5 s) and on_kill's wait (3 s)
     assert EpochCheckpoint(str(tmp_path / "out")).load().reason == record["reason"]
+
+
+def test_the_try_after_a_killed_driver_says_why_its_record_still_said_running(ctx, tmp_path, caplog):
+    """A SIGKILLed driver writes nothing: its record says running. The next try, holding the
+    output's lease, knows that try is not running and says so as it resumes."""
+    manifest, out = _manifest(tmp_path / "in"), str(tmp_path / "out")
+    run_epoch(manifest, _identity, output_path=out)
+    with open(os.path.join(out, "_epoch.json")) as f:
+        record = json.load(f)
+    record["status"] = "running"  # what a driver killed mid-run leaves
+    with open(os.path.join(out, "_epoch.json"), "w") as f:
+        json.dump(record, f)
+    with caplog.at_level("WARNING"):
+        again = run_epoch(manifest, _identity, output_path=out)
+    assert again.status == "succeeded" and again.tries == 2
+    assert "stopped without recording why (its record still says running): its driver was killed" in caplog.text

@@ -154,3 +154,32 @@ def test_dag_test_splits_in_the_sensor_and_a_clear_reruns_only_the_failed_range(
     assert run() == {"wait_for_epoch": "success", "score": "success"}
     assert take_partitions_run(runs) == [8, 9, 10, 11]
     assert _output_ids(out) == list(range(1600))
+
+
+def test_an_operator_without_a_sensor_splits_its_input_path_too(ctx, airflow_db, tmp_path):
+    from row_group_test_dags import sb_epoch_row_groups_no_sensor
+
+    epoch_in = tmp_path / "in" / "2026-11-22"
+    epoch_in.mkdir(parents=True)
+    write_row_groups(epoch_in / "part-000.parquet")
+    out, runs = tmp_path / "out" / "2026-11-22", tmp_path / "runs"
+    runs.mkdir()
+    logical = pendulum.datetime(2026, 11, 22, 10, tz="UTC")
+    dr = sb_epoch_row_groups_no_sensor.test(logical_date=logical, run_after=logical, run_conf={"root": str(tmp_path)})
+    assert {ti.task_id: ti.state for ti in dr.get_task_instances()} == {"score": "success"}
+    record = json.loads((out / "_epoch.json").read_text())
+    assert [p["row_groups"] for p in record["epoch"]["partitions"]] == [list(r) for r in RANGES]
+    assert _output_ids(out) == list(range(1600))
+
+
+def test_changing_max_partition_bytes_mid_epoch_is_refused_naming_the_setting(ctx, tmp_path):
+    """The same files split differently would commit rows twice: the refusal says the partitioning
+    changed, not that files were rewritten."""
+    from airflow_streambatch.epochs.checkpoint import EpochChangedError
+
+    listed = list_inputs(_inputs(tmp_path))
+    out = str(tmp_path / "out")
+    run_epoch(EpochManifest(START, END, listed).split(None), lambda ds, epoch: ds, output_path=out)
+    with pytest.raises(EpochChangedError, match="split into partitions differently: max_partition_bytes changed"):
+        run_epoch(EpochManifest(START, END, listed).split(SMALL), lambda ds, epoch: ds, output_path=out)
+    assert _output_ids(out) == list(range(1650))

@@ -28,3 +28,14 @@ with DAG("sb_epoch_row_groups", schedule=None, start_date=pendulum.datetime(2026
                          "fail_partitions": "{{ params.fail_partitions }}"},
         data_context={"progress_interval_s": 0},
     )
+
+with DAG("sb_epoch_row_groups_no_sensor", schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+         catchup=False, params=PARAMS, render_template_as_native_obj=True,
+         tags=["streambatch-tests"]) as sb_epoch_row_groups_no_sensor:
+    StreamBatchOperator(  # no sensor: the operator lists input_path itself, and splits as the sensor does
+        task_id="score", input_path="{{ params.root }}/in/{{ ds }}", pipeline="pipelines:score",
+        output_path="{{ params.root }}/out/{{ ds }}", max_partition_bytes=SMALL_PARTITION_BYTES,
+        pipeline_kwargs={"runs_dir": "{{ params.root }}/runs", "fail_flag": "{{ params.root }}/fail",
+                         "fail_partitions": "{{ params.fail_partitions }}"},
+        data_context={"progress_interval_s": 0},
+    )
