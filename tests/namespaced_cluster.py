@@ -30,14 +30,18 @@ from standalone_cluster import StandaloneCluster
 
 PRIVATE_ROOTS = ("/dev/shm", "/tmp")
 # The checkout and its interpreter stay visible when they live under a private root (a CI clone in
-# /tmp): bound back from the view of the process that starts the host (``/proc/$PPID/root``).
+# /tmp): each is opened (fd 3, 4, ...) before the tmpfs hides it, then bound back from that fd (not
+# canonicalized: mount would resolve the fd back to the path, which by then names the empty tmpfs).
 _KEEP = sorted({p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sys.prefix)
                 if p.startswith(tuple(r + "/" for r in PRIVATE_ROOTS))})
-_KEEP_MOUNTS = "".join(f'mkdir -p "{p}" && mount --bind "/proc/$PPID/root{p}" "{p}" || exit 96; ' for p in _KEEP)
+_KEEP = [p for p in _KEEP if not any(p.startswith(q + "/") for q in _KEEP)]  # a parent's bind covers it
+_OPEN_KEPT = "".join(f'exec {3 + i}<"{p}" || exit 96; ' for i, p in enumerate(_KEEP))
+_BIND_KEPT = "".join(f'mkdir -p "{p}" && mount --no-canonicalize --bind /proc/self/fd/{3 + i} "{p}" '
+                     f'&& exec {3 + i}<&- || exit 96; ' for i, p in enumerate(_KEEP))
 # Runs as root inside the new namespace: fresh tmpfs on every private root, then the real command.
-_MOUNT_AND_EXEC = (f"for d in {' '.join(PRIVATE_ROOTS)}; do "
+_MOUNT_AND_EXEC = (f"{_OPEN_KEPT}for d in {' '.join(PRIVATE_ROOTS)}; do "
                    'mount -t tmpfs -o mode=1777,size=4g,nosuid,nodev streambatch-host "$d" || exit 97; done; '
-                   f'{_KEEP_MOUNTS}exec "$@"')
+                   f'{_BIND_KEPT}exec "$@"')
 HOST_WRAPPER = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _MOUNT_AND_EXEC, "host"]
 
 
