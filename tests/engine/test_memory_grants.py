@@ -8,10 +8,10 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 import pytest
+from observed_server import ObservedServer
 
 from airflow_streambatch.engine.execution import memory as memory_mod
 from airflow_streambatch.engine.execution.control_server import ControlServer
@@ -20,23 +20,6 @@ from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher, W
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.worker.control_client import call
 from airflow_streambatch.engine.worker.streams import YIELD, OutputStream, TaskYielded, stream_name
-
-
-class ObservedServer(ControlServer):
-    """A real control server that also counts the grant requests that reached it: a task
-    sends its wait record, then asks for the grant, so once its request is counted the
-    driver holds the wait record and the task blocks (or is about to) on its grant."""
-
-    def __init__(self, host: str):
-        super().__init__(host)
-        self.asked = threading.Condition()
-        self.grant_requests: Counter[tuple[str, int]] = Counter()
-
-    def _grant(self, body: dict) -> dict:
-        with self.asked:
-            self.grant_requests[(body["stream"], int(body["index"]))] += 1
-            self.asked.notify_all()
-        return super()._grant(body)
 
 
 @pytest.fixture(scope="module")
