@@ -53,10 +53,9 @@ class Work:
         return batch.append_column("worker_pid", batch["id"].cast("int64"))
 
 
-def main() -> None:
-    master, source, output, block_dir, markers, mode = sys.argv[1:7]
-    sleep_s = float(sys.argv[7]) if len(sys.argv) > 7 else 0.2
-    max_failed = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+def cluster_session(master: str, app_name: str):
+    """The test cluster's SparkSession: two executors of 2 cores, this interpreter and this
+    directory (the UDFs' module) on the executors; shared by the cluster driver scripts."""
     # PySpark's driver picks the executors' interpreter from this variable ("python3" if unset)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -65,13 +64,21 @@ def main() -> None:
 
     here = os.path.dirname(os.path.abspath(__file__))
     spark = (
-        SparkSession.builder.master(master).appName("streambatch-cluster-test")
+        SparkSession.builder.master(master).appName(app_name)
         .config("spark.executor.cores", "2").config("spark.cores.max", "4").config("spark.executor.memory", "512m")
         .config("spark.pyspark.python", sys.executable).config("spark.executorEnv.PYTHONPATH", here)
         .config(map=with_spark_defaults({"spark.ui.enabled": "false"}))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main() -> None:
+    master, source, output, block_dir, markers, mode = sys.argv[1:7]
+    sleep_s = float(sys.argv[7]) if len(sys.argv) > 7 else 0.2
+    max_failed = int(sys.argv[8]) if len(sys.argv) > 8 else 0
+    spark = cluster_session(master, "streambatch-cluster-test")
     import airflow_streambatch.engine as sb
 
     ctx = sb.DataContext(block_dir=block_dir, max_failed_partitions=max_failed, progress_interval_s=2,

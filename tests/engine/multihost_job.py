@@ -17,6 +17,7 @@ import sys
 import time
 
 import pyarrow as pa
+from cluster_job import cluster_session
 
 KiB = 1024
 
@@ -46,20 +47,7 @@ class Slow:
 def main() -> None:
     master, source, output, mode = sys.argv[1:5]
     sleep_s = float(sys.argv[5]) if len(sys.argv) > 5 else 0.05
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from airflow_streambatch.engine.spark.session import with_spark_defaults
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    spark = (
-        SparkSession.builder.master(master).appName("streambatch-multihost-test")
-        .config("spark.executor.cores", "2").config("spark.cores.max", "4").config("spark.executor.memory", "512m")
-        .config("spark.pyspark.python", sys.executable).config("spark.executorEnv.PYTHONPATH", here)
-        .config(map=with_spark_defaults({"spark.ui.enabled": "false"}))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = cluster_session(master, "streambatch-multihost-test")
     import airflow_streambatch.engine as sb
 
     ctx = sb.DataContext(target_max_block_size=64 * KiB, target_min_block_size=16 * KiB, memory_limit=1024 * KiB,
