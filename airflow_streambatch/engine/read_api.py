@@ -25,11 +25,13 @@ from airflow_streambatch.engine.plan.datasource import (
     Fragment,
     expand_paths,
     file_datasource,
+    fragment_label,
     fragments_datasource,
     items_datasource,
     range_datasource,
 )
 from airflow_streambatch.engine.plan.logical import Read
+from airflow_streambatch.engine.worker.line_ranges import first_line, read_line_range
 from airflow_streambatch.engine.filesystems import resolve
 
 
@@ -74,25 +76,36 @@ def read_parquet(paths, *, columns: list[str] | None = None, override_num_blocks
     return Dataset([Read(_file_source(Datasource("Parquet", plan), paths), override_num_blocks)])
 
 
-def read_parquet_fragments(fragments: list[Fragment], *, columns: list[str] | None = None) -> Dataset:
-    """Parquet partitions decided beforehand: one read task per `Fragment`, in the given order.
+def read_fragments(fragments: list[Fragment], input_format: str = "parquet") -> Dataset:
+    """Partitions decided beforehand: one read task per `Fragment`, in the given order.
 
     For inputs whose partitioning is frozen elsewhere, such as an epoch manifest that
-    split a large file into row-group ranges: partition ``i`` reads ``fragments[i]`` (a
-    whole file when its ``row_groups`` is None) on every try, so its commit record stays
-    valid. Schemas are checked against the first readable file, as `read_parquet` does.
+    split a large file into Parquet row-group ranges or line-aligned byte ranges:
+    partition ``i`` reads ``fragments[i]`` on every try, so its commit record stays
+    valid. Schemas are checked against the first readable file, as the ``read_*``
+    functions do. Row groups need ``parquet``; byte ranges need a line-based format.
     """
     fragments = list(fragments)
     if not fragments or not all(isinstance(f, Fragment) for f in fragments):
-        raise ValueError("read_parquet_fragments: fragments must be a non-empty list of "
+        raise ValueError("read_fragments: fragments must be a non-empty list of "
                          "airflow_streambatch.engine.plan.datasource.Fragment")
+    if input_format not in _FRAGMENT_READERS:
+        raise ValueError(f"read_fragments: input_format={input_format!r} is not one of {sorted(_FRAGMENT_READERS)}")
+    for fragment in fragments:
+        if fragment.row_groups is not None and input_format != "parquet":
+            raise ValueError(f"{fragment_label(fragment)} is a Parquet row-group range, but input_format="
+                             f"{input_format!r}")
+        if fragment.byte_range is not None and input_format not in LINE_FORMATS:
+            raise ValueError(f"{fragment_label(fragment)} is a byte range of lines, but input_format="
+                             f"{input_format!r} is not one of {sorted(LINE_FORMATS)}")
     files = list(dict.fromkeys(f.path for f in fragments))
+    name = input_format.capitalize()
 
     def plan(slots: int, override: int | None, target_bytes: int):
-        return fragments_datasource("Parquet", fragments, _parquet_reader(files, columns)).plan(
+        return fragments_datasource(name, fragments, _FRAGMENT_READERS[input_format](files)).plan(
             slots, override, target_bytes)
 
-    return Dataset([Read(_file_source(Datasource("Parquet", plan), files), None)])
+    return Dataset([Read(_file_source(Datasource(name, plan), files), None)])
 
 
 def _parquet_reader(files: list[str], columns: list[str] | None):
@@ -179,22 +192,36 @@ def read_csv(paths, *, convert_options: pacsv.ConvertOptions | None = None,
 
     def plan(slots: int, override: int | None, target_bytes: int):
         files = [path for path, _ in expand_paths(paths)]
-        reference, expected = _first_readable(files, lambda handle: _open_csv(handle, convert_options).schema, "CSV")
-
-        def reader(fragment: Fragment):
-            with _open(fragment.path) as handle:
-                stream = _open_csv(handle, convert_options)
-                found = stream.schema
-                if not _csv_compatible(expected, found):
-                    raise ValueError(f"CSV column types differ from the first file's: {_schema_drift(expected, found)}"
-                                     f" (compared with {reference}); make the files agree or set the column types "
-                                     "with read_csv(..., convert_options=pyarrow.csv.ConvertOptions(column_types=...))")
-                for batch in _csv_batches(stream):
-                    yield _cast_null_columns(pa.Table.from_batches([batch]), expected)
-
-        return file_datasource("CSV", files, (), reader).plan(slots, override, target_bytes)
+        source = file_datasource("CSV", files, (), _csv_reader(files, convert_options))
+        return source.plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource("CSV", plan), paths), override_num_blocks)])
+
+
+def _csv_reader(files: list[str], convert_options: pacsv.ConvertOptions | None):
+    """Reads one fragment of CSV; a byte range is parsed under its file's header line, with the
+    first file's column types so that every range of a file types its columns alike."""
+    reference, expected = _first_readable(files, lambda handle: _open_csv(handle, convert_options).schema, "CSV")
+    range_options = convert_options or pacsv.ConvertOptions(
+        column_types={f.name: f.type for f in expected if not pa.types.is_null(f.type)})
+
+    def reader(fragment: Fragment):
+        with _open(fragment.path) as handle:
+            if fragment.byte_range is None:
+                stream = _open_csv(handle, convert_options)
+            else:
+                lines = read_line_range(handle, *fragment.byte_range)
+                header = first_line(handle) if fragment.byte_range[0] > 0 else b""
+                stream = _open_csv(pa.BufferReader(header + lines), range_options)
+            found = stream.schema
+            if not _csv_compatible(expected, found):
+                raise ValueError(f"CSV column types differ from the first file's: {_schema_drift(expected, found)}"
+                                 f" (compared with {reference}); make the files agree or set the column types "
+                                 "with read_csv(..., convert_options=pyarrow.csv.ConvertOptions(column_types=...))")
+            for batch in _csv_batches(stream):
+                yield _cast_null_columns(pa.Table.from_batches([batch]), expected)
+
+    return reader
 
 
 def _open_csv(handle, convert_options):
@@ -234,38 +261,53 @@ def _cast_null_columns(table: pa.Table, expected: pa.Schema) -> pa.Table:
 def read_json(paths, *, override_num_blocks: int | None = None) -> Dataset:
     """JSON Lines files (one object per line), or files holding one JSON array of objects."""
     _check_blocks(override_num_blocks, "read_json")
+    return Dataset([Read(_file_source(file_datasource("JSON", paths, (), _json_reader), paths), override_num_blocks)])
 
-    def reader(fragment: Fragment):
-        with _open(fragment.path) as handle:
-            data = handle.read()
-        if data.lstrip()[:1] == b"[":
-            yield pa.Table.from_pylist(json.loads(data))
-        else:
-            yield pajson.read_json(io.BytesIO(data))
 
-    return Dataset([Read(_file_source(file_datasource("JSON", paths, (), reader), paths), override_num_blocks)])
+def _json_reader(fragment: Fragment):
+    with _open(fragment.path) as handle:
+        data = handle.read() if fragment.byte_range is None else read_line_range(handle, *fragment.byte_range)
+    if fragment.byte_range is None and data.lstrip()[:1] == b"[":
+        yield pa.Table.from_pylist(json.loads(data))
+    elif data.strip():  # a range inside one long line holds no line of its own
+        yield pajson.read_json(io.BytesIO(data))
 
 
 def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = False,
               override_num_blocks: int | None = None) -> Dataset:
     """One row per line, in a ``text`` column."""
     _check_blocks(override_num_blocks, "read_text")
+    reader = _text_reader(encoding, drop_empty_lines)
+    return Dataset([Read(_file_source(file_datasource("Text", paths, (), reader), paths), override_num_blocks)])
 
+
+def _text_reader(encoding: str, drop_empty_lines: bool):
     def reader(fragment: Fragment):
         with _open(fragment.path) as handle:
-            lines = handle.read().decode(encoding).splitlines()
+            if fragment.byte_range is None:
+                data = handle.read()
+            elif "\n".encode(encoding) == b"\n":
+                data = read_line_range(handle, *fragment.byte_range)
+            else:
+                raise ValueError(f"encoding={encoding!r} does not end lines with the byte \\n, so the file cannot "
+                                 "be read in byte ranges; keep it whole with max_partition_bytes=None")
+        lines = data.decode(encoding).splitlines()
         if drop_empty_lines:
             lines = [line for line in lines if line.strip()]
         for start in builtins.range(0, len(lines), READ_BATCH_ROWS):
             yield pa.table({"text": pa.array(lines[start:start + READ_BATCH_ROWS], pa.string())})
 
-    return Dataset([Read(_file_source(file_datasource("Text", paths, (), reader), paths), override_num_blocks)])
+    return reader
 
 
 def read_binary_files(paths, *, include_paths: bool = True, override_num_blocks: int | None = None) -> Dataset:
     """One row per file: its ``bytes`` and, by default, its ``path``."""
     _check_blocks(override_num_blocks, "read_binary_files")
+    source = file_datasource("BinaryFiles", paths, (), _binary_reader(include_paths))
+    return Dataset([Read(_file_source(source, paths), override_num_blocks)])
 
+
+def _binary_reader(include_paths: bool):
     def reader(fragment: Fragment):
         with _open(fragment.path) as handle:
             data = handle.read()
@@ -274,7 +316,7 @@ def read_binary_files(paths, *, include_paths: bool = True, override_num_blocks:
             columns = {"path": pa.array([fragment.path]), **columns}
         yield pa.table(columns)
 
-    return Dataset([Read(_file_source(file_datasource("BinaryFiles", paths, (), reader), paths), override_num_blocks)])
+    return reader
 
 
 def from_items(items: list, *, override_num_blocks: int | None = None) -> Dataset:
@@ -290,3 +332,13 @@ def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa
     _check_blocks(override_num_blocks, "range")
     check_positive_int(n, "range: n", allow_zero=True)
     return Dataset([Read(range_datasource(n), override_num_blocks)])
+
+
+LINE_FORMATS = frozenset({"csv", "json", "text"})  # formats whose partitions may be byte ranges of lines
+_FRAGMENT_READERS = {  # input format -> (the files) -> reader of one fragment
+    "parquet": lambda files: _parquet_reader(files, None),
+    "csv": lambda files: _csv_reader(files, None),
+    "json": lambda files: _json_reader,
+    "text": lambda files: _text_reader("utf-8", False),
+    "binary_files": lambda files: _binary_reader(True),
+}

@@ -3,9 +3,10 @@
 It is the lineage root of an epoch: the path, size and etag or mtime of each input
 file, taken when the frontier passed the interval's end. A run reads exactly these
 partitions in order, so partition ``i`` of a retry is partition ``i`` of the first
-try and its commit record can be trusted. A partition is a file, or, for a Parquet
-file larger than ``max_partition_bytes``, a range of its row groups (`split_partitions`),
-so a 10 GiB file is many read tasks and many units of retry, not one.
+try and its commit record can be trusted. A partition is a file or, for a file larger
+than ``max_partition_bytes``, a range of it (`split_partitions`): row groups of a Parquet
+file, or a byte range of a line-based file's lines (text, CSV, JSON Lines). A 10 GiB
+file is many read tasks and many units of retry, not one.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ from airflow_streambatch.engine.read_api import parquet_row_group_ranges
 
 # Spark's spark.sql.files.maxPartitionBytes default: a partition of about one block
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
-_RANGE_KEYS = ("row_groups", "range_bytes")  # absent from the JSON of a whole-file partition
+_RANGE_KEYS = ("row_groups", "byte_range", "range_bytes")  # absent from the JSON of a whole-file partition
+# Line-based files that may be split into byte ranges (`engine.worker.line_ranges`); compressed ones
+# (``.csv.gz``) end otherwise and stay whole, as Spark keeps files of non-splittable codecs whole.
+LINE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".txt", ".text", ".log")
 
 
 @dataclass(frozen=True)
 class InputPartition:
-    """One input partition: a whole file, or row groups ``[start, stop)`` of a Parquet file.
+    """One input partition: a whole file, row groups ``[start, stop)`` of a Parquet file, or the
+    lines that start in bytes ``[start, stop)`` of a line-based file.
 
     ``size``, ``mtime`` and ``etag`` are always the whole file's: they are what
     `EpochManifest.verify_unchanged` compares. ``range_bytes`` is the range's stored
-    size, for planning. A whole-file partition has neither key in its JSON, so
+    size, for planning. A whole-file partition has none of these keys in its JSON, so
     manifests written before ranges existed load, and fingerprint, as they did.
     """
 
@@ -43,41 +48,56 @@ class InputPartition:
     etag: str | None = None
     row_groups: tuple[int, int] | None = None
     range_bytes: int | None = None
+    byte_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        if self.row_groups is None:
-            return
-        bounds = tuple(self.row_groups)
-        if len(bounds) != 2 or not all(isinstance(b, int) for b in bounds) or not 0 <= bounds[0] < bounds[1]:
-            raise ValueError(f"manifest partition {self.path}: row_groups must be [start, stop) with "
-                             f"0 <= start < stop, got {self.row_groups!r}")
-        object.__setattr__(self, "row_groups", bounds)  # JSON gives a list
+        if self.row_groups is not None and self.byte_range is not None:
+            raise ValueError(f"manifest partition {self.path}: row_groups and byte_range exclude each other")
+        for key in ("row_groups", "byte_range"):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            bounds = tuple(value)
+            if len(bounds) != 2 or not all(isinstance(b, int) for b in bounds) or not 0 <= bounds[0] < bounds[1]:
+                raise ValueError(f"manifest partition {self.path}: {key} must be [start, stop) with "
+                                 f"0 <= start < stop, got {value!r}")
+            object.__setattr__(self, key, bounds)  # JSON gives a list
 
     def to_dict(self) -> dict:
         data = asdict(self)
         for key in _RANGE_KEYS:
             if data[key] is None:
                 del data[key]
-        if self.row_groups is not None:
-            data["row_groups"] = list(self.row_groups)
+        for key in ("row_groups", "byte_range"):
+            if key in data:
+                data[key] = list(data[key])
         return data
 
     def fragment(self) -> Fragment:
         """What the engine reads for this partition (its identity covers the row groups)."""
         mtime_ns = round(self.mtime * 1e9) if self.mtime is not None else 0
+        if self.byte_range is not None:
+            return Fragment(self.path, self.byte_range[1] - self.byte_range[0], None, mtime_ns, self.byte_range)
         if self.row_groups is None:
             return Fragment(self.path, self.size, None, mtime_ns)
         size = self.range_bytes if self.range_bytes is not None else self.size
         return Fragment(self.path, size, tuple(range(*self.row_groups)), mtime_ns)
 
+    @property
+    def whole(self) -> bool:
+        return self.row_groups is None and self.byte_range is None
+
 
 def split_partitions(partitions: list[InputPartition],
                      max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES) -> list[InputPartition]:
-    """Each Parquet file larger than ``max_partition_bytes`` as row-group ranges of about that size.
+    """Each file larger than ``max_partition_bytes`` as ranges of about that size.
 
-    Only files over the limit are opened, and only their footers are read; a file
-    that is not Parquet (or cannot be read: its read task will say why), or has one
-    row group, stays whole. Files are never combined, and a row group is never cut.
+    A Parquet file becomes row-group ranges (only its footer is read; a row group is
+    never cut). A line-based file (`LINE_SUFFIXES`) becomes byte ranges of equal size,
+    computed from its size alone; the reader gives each range the lines that start in
+    it. A ``.json`` file holding one JSON array cannot be cut at lines and stays whole
+    (its first bytes are read to tell). Any other file, an unreadable one (its read
+    task will say why), or one that fits, stays whole; files are never combined.
     Partitions that are already ranges are kept, so splitting twice changes nothing.
     ``None`` keeps every file whole (one partition per file, as before ranges existed).
     """
@@ -86,15 +106,34 @@ def split_partitions(partitions: list[InputPartition],
     check_positive_int(max_partition_bytes, "max_partition_bytes")
     result: list[InputPartition] = []
     for part in partitions:
-        ranges = None
-        if part.row_groups is None and part.size > max_partition_bytes:
-            ranges = parquet_row_group_ranges(part.path, max_partition_bytes)
-        if not ranges:
+        if not part.whole or part.size <= max_partition_bytes:
             result.append(part)
-            continue
-        result.extend(InputPartition(part.path, part.size, part.mtime, part.etag, (start, stop), nbytes)
-                      for start, stop, nbytes in ranges)
+        elif part.path.lower().endswith(LINE_SUFFIXES):
+            result.extend(_byte_ranges(part, max_partition_bytes))
+        else:
+            ranges = parquet_row_group_ranges(part.path, max_partition_bytes) or []
+            result.extend([InputPartition(part.path, part.size, part.mtime, part.etag, (start, stop), nbytes)
+                           for start, stop, nbytes in ranges] or [part])
     return result
+
+
+def _byte_ranges(part: InputPartition, max_bytes: int) -> list[InputPartition]:
+    if part.path.lower().endswith(".json") and _holds_json_array(part.path):
+        return [part]
+    count = -(-part.size // max_bytes)
+    bounds = [part.size * i // count for i in range(count + 1)]
+    return [InputPartition(part.path, part.size, part.mtime, part.etag, range_bytes=stop - start,
+                           byte_range=(start, stop)) for start, stop in zip(bounds, bounds[1:])]
+
+
+def _holds_json_array(path: str) -> bool:
+    fs, inner = resolve(path)
+    try:
+        with fs.open_input_stream(inner) as f:
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return True  # unreadable: keep it whole, and its read task names the error
+    return not head.startswith(b"{")
 
 
 def list_inputs(path: str, suffixes: tuple[str, ...] = (), missing_ok: bool = False) -> list[InputPartition]:
@@ -152,7 +191,7 @@ class EpochManifest:
         return sum({p.path: p.size for p in self.partitions}.values())
 
     def split(self, max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES) -> EpochManifest:
-        """This manifest with large Parquet files as row-group ranges (`split_partitions`)."""
+        """This manifest with large files as ranges (`split_partitions`)."""
         return EpochManifest(self.interval_start, self.interval_end,
                              split_partitions(self.partitions, max_partition_bytes))
 

@@ -73,18 +73,18 @@ def check_formats(input_format: str, output_format: str) -> None:
 def read_epoch(manifest: EpochManifest, input_format: str = "parquet") -> Dataset:
     """The epoch's inputs as a Dataset: one input partition per manifest partition, in manifest order.
 
-    A manifest of whole files reads them as before; one with row-group ranges (a large
-    Parquet file, split by the sensor's ``max_partition_bytes``) reads exactly its
-    partitions, so read task ``i`` is manifest partition ``i`` on every try.
+    A manifest of whole files reads them as before; one with ranges (a large file split
+    by the sensor's ``max_partition_bytes``) reads exactly its partitions, so read task
+    ``i`` is manifest partition ``i`` on every try.
     """
-    if all(p.row_groups is None for p in manifest.partitions):
+    if all(p.whole for p in manifest.partitions):
         return READERS[input_format](manifest.paths, override_num_blocks=len(manifest.paths))
-    if input_format != "parquet":
-        split = next(p.path for p in manifest.partitions if p.row_groups is not None)
-        raise ValueError(f"epoch {manifest.interval_start}..{manifest.interval_end}: the manifest splits {split} "
-                         f"into Parquet row-group ranges, but input_format={input_format!r}; use "
-                         "input_format='parquet', or EpochSensor(max_partition_bytes=None) to keep files whole")
-    return read_api.read_parquet_fragments([p.fragment() for p in manifest.partitions])
+    try:
+        return read_api.read_fragments([p.fragment() for p in manifest.partitions], input_format)
+    except ValueError as exc:
+        raise ValueError(f"epoch {manifest.interval_start}..{manifest.interval_end}: the manifest splits files into "
+                         f"ranges that input_format={input_format!r} cannot read ({exc}); use the format the files "
+                         "are in, or EpochSensor(max_partition_bytes=None) to keep files whole") from exc
 
 
 def check_output_apart(manifest: EpochManifest, output_path: str) -> None:

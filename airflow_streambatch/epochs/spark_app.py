@@ -2,8 +2,10 @@
 
     spark-submit --master spark://host:7077 .../airflow_streambatch/epochs/spark_app.py spec.json
 
-The spec holds the manifest, the pipeline (``module:function``), the output path and
-formats. The outcome is the durable epoch record the run writes next to the output
+The spec holds the pipeline (``module:function``), the output path and formats, and the
+manifest: a pointer to the durable manifest the sensor wrote (its URI and fingerprint,
+read back and checked here), or the whole manifest when there is no such file. The
+outcome is the durable epoch record the run writes next to the output
 (``<output>/_epoch.json``), which the operator reads back after spark-submit exits;
 the exit status is non-zero only when the run itself broke (not for failed partitions,
 which the record lists).
@@ -26,12 +28,26 @@ from pyspark.sql import SparkSession
 
 from airflow_streambatch.engine.spark.session import SPARK_DEFAULTS
 from airflow_streambatch.epochs.manifest import EpochManifest
+from airflow_streambatch.epochs.manifest_store import read_manifest
 from airflow_streambatch.epochs.runner import run_epoch
 
 
-def spec_for(manifest: EpochManifest, pipeline: str, **options) -> dict:
-    """The JSON spec that `main` runs (the operator writes it to a file for spark-submit)."""
+def spec_for(manifest: EpochManifest, pipeline: str, manifest_uri: str | None = None, **options) -> dict:
+    """The JSON spec that `main` runs (the operator writes it to a file for spark-submit).
+
+    With ``manifest_uri`` (where the sensor froze ``manifest``) the spec stays a few
+    hundred bytes at any epoch size; the driver reads the manifest from there.
+    """
+    if manifest_uri is not None:
+        return {"manifest_uri": manifest_uri, "fingerprint": manifest.fingerprint, "pipeline": pipeline, **options}
     return {"manifest": manifest.to_dict(), "pipeline": pipeline, **options}
+
+
+def manifest_of(spec: dict) -> EpochManifest:
+    """The spec's manifest: read from its URI (and checked against its fingerprint), or inline."""
+    if "manifest_uri" in spec:
+        return read_manifest(spec["manifest_uri"], spec["fingerprint"])
+    return EpochManifest.from_dict(spec["manifest"])
 
 
 def _exit_on_sigterm(signum, frame):
@@ -57,7 +73,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         record = run_epoch(
-            EpochManifest.from_dict(spec["manifest"]), spec["pipeline"], output_path=spec["output_path"],
+            manifest_of(spec), spec["pipeline"], output_path=spec["output_path"],
             input_format=spec.get("input_format", "parquet"), output_format=spec.get("output_format", "parquet"),
             pipeline_kwargs=spec.get("pipeline_kwargs"), full_recompute=spec.get("full_recompute", False),
             context_overrides=spec.get("context_overrides"), spark_ui_url=spark.sparkContext.uiWebUrl,

@@ -58,7 +58,7 @@ class StreamBatchOperator(BaseOperator):
 
     The pipeline is an importable function ``fn(ds, epoch, **pipeline_kwargs)`` that
     gets the epoch's input `Dataset` (one partition per manifest partition: a file, or
-    a row-group range of a large Parquet file) and the
+    a range of a large one: Parquet row groups, or the lines of a byte range) and the
     `EpochManifest`, and returns the transformed Dataset; the operator writes it to
     ``output_path`` with a sink that commits per input partition exactly once.
 
@@ -75,9 +75,10 @@ class StreamBatchOperator(BaseOperator):
         are listed when the task first runs and frozen in ``<output_path>/_epoch.json``
         for its retries.
     :param input_path: the input directory or glob, when no manifest is given (templated).
-    :param max_partition_bytes: with ``input_path``, Parquet files larger than this become
-        row-group ranges of about this size, one partition (read task, retry, commit) each,
-        as `EpochSensor` does; ``None`` keeps one partition per file. Default 128 MiB.
+    :param max_partition_bytes: with ``input_path``, files larger than this become ranges of
+        about this size (Parquet row groups, or byte ranges of a line-based file's lines), one
+        partition (read task, retry, commit) each, as `EpochSensor` does; ``None`` keeps one
+        partition per file. Default 128 MiB.
     :param input_format: ``parquet`` (default), ``csv``, ``json``, ``text`` or ``binary_files``.
     :param output_format: ``parquet`` (default), ``json`` or ``csv``.
     :param pipeline_kwargs: keyword arguments for the pipeline function (templated).
@@ -162,8 +163,9 @@ class StreamBatchOperator(BaseOperator):
                                full_recompute=self.full_recompute, context_overrides=self.data_context,
                                on_progress=lambda r: self._save_progress(store, r), spark_ui_url=ui)
         else:
-            spec = spec_for(manifest, self.pipeline, output_path=self.output_path, input_format=self.input_format,
-                            output_format=self.output_format, pipeline_kwargs=self.pipeline_kwargs,
+            spec = spec_for(manifest, self.pipeline, self._manifest_uri, output_path=self.output_path,
+                            input_format=self.input_format, output_format=self.output_format,
+                            pipeline_kwargs=self.pipeline_kwargs,
                             full_recompute=self.full_recompute, context_overrides=self.data_context,
                             app_name=self.hook.app_name)
             dag_folder = os.path.dirname(os.path.abspath(self.dag.fileloc)) if self.has_dag() else None

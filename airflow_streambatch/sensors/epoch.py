@@ -81,9 +81,11 @@ class EpochSensor(BaseSensorOperator):
         a zero-length one, such as ``schedule="@hourly"`` gives; the other frontiers warn.
     :param quiet_period: seconds (or a timedelta) without change, for ``frontier="quiescence"``.
     :param deferrable: wait in the triggerer (`EpochTrigger`) instead of holding a worker slot.
-    :param max_partition_bytes: a Parquet file larger than this becomes several partitions, ranges of
-        its row groups of about this many bytes (Spark's ``spark.sql.files.maxPartitionBytes``, same
-        128 MiB default), each its own read task, commit and unit of retry; ``None`` keeps files whole.
+    :param max_partition_bytes: a file larger than this becomes several partitions of about this many
+        bytes (Spark's ``spark.sql.files.maxPartitionBytes``, same 128 MiB default), each its own read
+        task, commit and unit of retry: row-group ranges of a Parquet file, byte ranges of the lines
+        of a ``.csv``, ``.tsv``, ``.json``/``.jsonl``/``.ndjson`` (JSON Lines), ``.txt``, ``.text`` or
+        ``.log`` file; ``None`` keeps files whole.
     :param manifest_dir: where the frozen manifest is written (templated; any path the operator's
         workers can read, e.g. next to the output: ``/data/out/_manifests``), as
         ``manifest-<fingerprint>-<interval hash>.json``. Default ``<input_path>/_manifests``
@@ -135,7 +137,7 @@ class EpochSensor(BaseSensorOperator):
             self.log.info("Epoch %s..%s: %s frontier not passed yet under %s", start, end, self.frontier,
                           self.input_path)
             return PokeReturnValue(is_done=False)
-        manifest = manifest.split(self.max_partition_bytes)  # large Parquet files as row-group ranges
+        manifest = manifest.split(self.max_partition_bytes)  # large files as row-group or byte ranges
         self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s), %d bytes, %d partition(s)",
                       start, end, self.frontier, len(manifest.files), manifest.total_bytes, len(manifest.partitions))
         return PokeReturnValue(is_done=True, xcom_value=self._publish(manifest))

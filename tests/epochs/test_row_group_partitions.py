@@ -79,12 +79,13 @@ def test_partition_settings_and_ranges_are_checked_with_errors_that_name_them(tm
         split_partitions([], 0)
     with pytest.raises(ValueError, match=r"manifest partition /in/x.parquet: row_groups must be \[start, stop\)"):
         InputPartition("/in/x.parquet", 10, row_groups=[3, 3])
-    text = tmp_path / "big.txt"
-    text.write_text("x" * 100)
-    assert split_partitions(list_inputs(str(text)), 10) == list_inputs(str(text))  # not Parquet: stays whole
+    blob = tmp_path / "big.bin"
+    blob.write_bytes(b"x" * 100)
+    assert split_partitions(list_inputs(str(blob)), 10) == list_inputs(str(blob))  # neither Parquet nor lines: whole
     manifest = EpochManifest(START, END, list_inputs(_inputs(tmp_path))).split(SMALL)
-    with pytest.raises(ValueError, match="splits .*a-large.parquet into Parquet row-group ranges, but "
-                                         "input_format='csv'.*max_partition_bytes=None"):
+    with pytest.raises(ValueError, match="splits files into ranges that input_format='csv' cannot read "
+                                         r"\(.*a-large.parquet \[row groups 0-3\] is a Parquet row-group range.*"
+                                         "max_partition_bytes=None"):
         read_epoch(manifest, "csv")
 
     from airflow_streambatch.sensors.epoch import EpochSensor

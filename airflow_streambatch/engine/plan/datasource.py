@@ -30,12 +30,20 @@ READ_BATCH_ROWS = 65536
 
 @dataclass(frozen=True)
 class Fragment:
-    """A piece of input: a whole file, or some row groups of a parquet file."""
+    """A piece of input: a whole file, some row groups of a Parquet file, or the lines that
+    start in a byte range ``[start, stop)`` of a line-based file (`worker.line_ranges`)."""
 
     path: str
     size: int
     row_groups: tuple[int, ...] | None = None
     mtime_ns: int = 0
+    byte_range: tuple[int, int] | None = None
+
+    @property
+    def identity(self) -> list:
+        """What a commit record fingerprints; a whole file's is what it was before byte ranges existed."""
+        identity = [self.path, self.size, self.mtime_ns, self.row_groups]
+        return identity + [list(self.byte_range)] if self.byte_range is not None else identity
 
 
 @dataclass
@@ -174,7 +182,7 @@ def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callabl
         tasks = []
         for group in group_fragments(fragments, count):
             label = group[0].path if len(group) == 1 else f"{group[0].path} (+{len(group) - 1} more)"
-            identity = fingerprint([[f.path, f.size, f.mtime_ns, f.row_groups] for f in group])
+            identity = fingerprint([f.identity for f in group])
             tasks.append(ReadTask(label, sum(f.size for f in group), _read_group(tuple(group), reader), identity))
         return tasks
 
@@ -195,14 +203,17 @@ def fragments_datasource(name: str, fragments: list[Fragment],
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
         return [ReadTask(fragment_label(f), f.size, _read_group((f,), reader),
-                         fingerprint([[f.path, f.size, f.mtime_ns, f.row_groups]]))
+                         fingerprint([f.identity]))
                 for f in fragments]
 
     return Datasource(name, plan, tuple(dict.fromkeys(f.path for f in fragments)))
 
 
 def fragment_label(fragment: Fragment) -> str:
-    """How logs, commit records and errors name a fragment: its path, and its row groups if not all."""
+    """How logs, commit records and errors name a fragment: its path, and its row groups or byte
+    range if not all of it."""
+    if fragment.byte_range is not None:
+        return f"{fragment.path} [bytes {fragment.byte_range[0]}-{fragment.byte_range[1]})"
     groups = fragment.row_groups
     if groups is None:
         return fragment.path
