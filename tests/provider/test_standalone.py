@@ -10,15 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 
-import psutil
 import pyarrow.parquet as pq
 import pytest
 from pipelines import partitions_run, write_inputs
@@ -28,96 +20,11 @@ INTERVAL = {"logical_date": f"{DAY}T10:00:00Z", "data_interval_start": f"{DAY}T1
             "data_interval_end": f"{DAY}T11:00:00Z"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Standalone:
-    """`airflow standalone` in a process group of its own, stopped with everything it started."""
-
-    def __init__(self, home: str):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}/api/v2"
-        bin_dir = os.path.dirname(sys.executable)  # standalone starts `airflow scheduler` etc. from PATH
-        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                   AIRFLOW_HOME=home, AIRFLOW__API__PORT=str(self.port),
-                   AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{self.port}/execution/",
-                   AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
-                   AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False", AIRFLOW__CORE__PARALLELISM="4",
-                   AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL="5")
-        self.log_path = os.path.join(home, "standalone.log")
-        self.log = open(self.log_path, "w")
-        airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-        self.proc = subprocess.Popen([airflow, "standalone"], env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-
-    def call(self, method: str, path: str, body: dict | None = None):
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read().decode()
-            return json.loads(text) if text.startswith(("{", "[")) else text
-
-    def wait_healthy(self, dag_ids: list[str], timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"airflow standalone exited; see {self.log_path}"
-            try:
-                health = self.call("GET", "/monitor/health")
-                dags = {d["dag_id"] for d in self.call("GET", "/dags?limit=100")["dags"]}
-                if health["scheduler"]["status"] == "healthy" and set(dag_ids) <= dags:
-                    return
-            except (urllib.error.URLError, ConnectionError, KeyError):
-                pass
-            time.sleep(2)
-        raise TimeoutError(f"airflow standalone not ready after {timeout} s; see {self.log_path}")
-
-    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            state = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}")["state"]
-            if state in ("success", "failed"):
-                return state
-            time.sleep(2)
-        raise TimeoutError(f"{dag_id} run {run_id} not finished after {timeout} s; see {self.log_path}")
-
-    def task(self, dag_id: str, run_id: str, task_id: str) -> dict:
-        return self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
-
-    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
-        log = self.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}")
-        return json.dumps(log)
-
-    def stop(self) -> None:
-        try:
-            family = [self.proc, *psutil.Process(self.proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            family = []
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        psutil.wait_procs([p for p in family if isinstance(p, psutil.Process)], timeout=15)
-        for p in family:
-            try:
-                p.kill()
-            except (psutil.NoSuchProcess, ProcessLookupError):
-                pass
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory):
-    home = str(tmp_path_factory.mktemp("airflow-standalone-home"))
-    server = Standalone(home)
-    try:
-        server.wait_healthy(["sb_epoch", "sb_epoch_retry"])
-        yield server
-    finally:
-        server.stop()
+def standalone(standalone):
+    """The session's shared server (tests/provider/conftest.py), once it has parsed this module's DAGs."""
+    standalone.wait_dags(["sb_epoch", "sb_epoch_retry"])
+    return standalone
 
 
 def _epoch(root, partitions=4):
