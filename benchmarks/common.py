@@ -171,7 +171,8 @@ def warm_up(task_slots: int) -> None:
     import airflow_streambatch.engine as sb
 
     engine_context(resources={"CPU": task_slots}, target_min_block_size=1)
-    sb.range(task_slots * 4, override_num_blocks=task_slots * 4).map_batches(_identity, num_cpus=0.5).count()
+    sb.range(task_slots * 4, override_num_blocks=task_slots * 4).map_batches(_identity, num_cpus=0.5,
+                                                                             batch_format="pyarrow").count()
 
 
 def _identity(batch):

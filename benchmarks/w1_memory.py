@@ -83,7 +83,7 @@ def run_ours(cfg: W1, policy: str, limit: int) -> dict:
         sb.range(cfg.tasks, override_num_blocks=cfg.tasks)
         .flat_map(partial(load, cfg=cfg))
         .map(partial(transform, cfg=cfg))
-        .map_batches(partial(inference, cfg=cfg), batch_size=cfg.batch_rows, num_gpus=1)
+        .map_batches(partial(inference, cfg=cfg), batch_size=cfg.batch_rows, num_gpus=1, batch_format="pyarrow")
     )
     wall, rows = timed(ds.count)
     assert rows == cfg.tasks * cfg.rows, rows

@@ -52,8 +52,8 @@ def run(cfg: W2, rows_per_block: int, grouped: bool) -> dict:
     )
     ds = (
         sb.range(cfg.rows, override_num_blocks=max(1, cfg.rows // rows_per_block))
-        .map_batches(partial(stage_one, cfg=cfg))
-        .map_batches(partial(stage_two, cfg=cfg))
+        .map_batches(partial(stage_one, cfg=cfg), batch_format="pyarrow")
+        .map_batches(partial(stage_two, cfg=cfg), batch_format="pyarrow")
     )
     wall, count = timed(ds.count)
     assert count == cfg.rows

@@ -44,8 +44,8 @@ def run(cfg: W3, static_split: bool) -> dict:
     cap = cfg.slots // 2 if static_split else None
     ds = (
         sb.range(cfg.tasks, override_num_blocks=cfg.tasks)
-        .map_batches(partial(sleep_stage, seconds=cfg.stage1_s), concurrency=cap)
-        .map_batches(partial(sleep_stage, seconds=cfg.stage2_s), concurrency=cap)
+        .map_batches(partial(sleep_stage, seconds=cfg.stage1_s), concurrency=cap, batch_format="pyarrow")
+        .map_batches(partial(sleep_stage, seconds=cfg.stage2_s), concurrency=cap, batch_format="pyarrow")
     )
     wall, count = timed(ds.count)
     assert count == cfg.tasks

@@ -69,8 +69,10 @@ def run_ours(cfg: W4, src: str, out: str) -> int:
     import airflow_streambatch.engine as sb
 
     engine_context(resources={"CPU": cfg.copies})
-    ds = (sb.read_parquet(src, override_num_blocks=cfg.files).map_batches(text_pipelines.clean, batch_size=1024)
-          .map_batches(text_pipelines.MiniLMEmbedder, batch_size=cfg.batch_size, num_cpus=1, concurrency=cfg.copies))
+    ds = (sb.read_parquet(src, override_num_blocks=cfg.files).map_batches(text_pipelines.clean, batch_size=1024,
+                                                                          batch_format="pyarrow")
+          .map_batches(text_pipelines.MiniLMEmbedder, batch_size=cfg.batch_size, num_cpus=1, concurrency=cfg.copies,
+                       batch_format="pyarrow"))
     return ds.write_parquet(out).rows
 
 

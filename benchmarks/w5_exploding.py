@@ -111,8 +111,9 @@ def run_ours(cfg: W5, sizes: list[int], policy: str, block_dir: str) -> dict:
     engine_context(memory_limit=cfg.limit_mib * MiB, scheduling_policy=policy, block_dir=block_dir,
                    resources={"CPU": cfg.cpus, "GPU": cfg.gpus}, target_max_block_size=cfg.block_mib * MiB)
     ds = (sb.range(len(sizes), override_num_blocks=len(sizes))
-          .map_batches(partial(_ours_decode, sizes=sizes, decode_s=cfg.decode_s), batch_size=1)
-          .map_batches(partial(_ours_infer, infer_s=cfg.infer_s), batch_size=cfg.block_mib, num_gpus=1))
+          .map_batches(partial(_ours_decode, sizes=sizes, decode_s=cfg.decode_s), batch_size=1, batch_format="pyarrow")
+          .map_batches(partial(_ours_infer, infer_s=cfg.infer_s), batch_size=cfg.block_mib, num_gpus=1,
+                       batch_format="pyarrow"))
     with PeakMemory(kind="pss") as processes, PeakMemory(tmpfs_dir=block_dir, processes=False,
                                                          interval_s=0.05) as blocks:
         start = time.perf_counter()

@@ -174,7 +174,8 @@ def pipeline_driver(spec: dict) -> None:
             sb.read_parquet(spec["input"], override_num_blocks=cfg.tasks)
             .flat_map(partial(load, cfg=w1))
             .map(partial(transform, cfg=w1))
-            .map_batches(partial(gpu_inference, cfg=w1, locks=spec["locks"]), batch_size=w1.batch_rows, num_gpus=1)
+            .map_batches(partial(gpu_inference, cfg=w1, locks=spec["locks"]), batch_size=w1.batch_rows, num_gpus=1,
+                         batch_format="pyarrow")
         )
         out = os.path.join(spec["output"], f"{index}-{mode}")
         load_before, cpu_before = os.getloadavg()[0], _cpu_ticks()

@@ -73,11 +73,11 @@ def hashing_embed(batch: pa.Table) -> pa.Table:
 def embed(ds, epoch, *, batch_size: int = 64, model_concurrency: int = 1, num_gpus: float = 0):
     """Clean on every CPU slot, then embed with ``model_concurrency`` model copies (or one per GPU)."""
     model_resources = {"num_gpus": num_gpus} if num_gpus else {"num_cpus": 1, "concurrency": model_concurrency}
-    return (ds.map_batches(clean, batch_size=1024)
-              .map_batches(MiniLMEmbedder, batch_size=batch_size, **model_resources))
+    return (ds.map_batches(clean, batch_size=1024, batch_format="pyarrow")
+              .map_batches(MiniLMEmbedder, batch_size=batch_size, batch_format="pyarrow", **model_resources))
 
 
 def embed_light(ds, epoch, *, batch_size: int = 256, concurrency: int = 1):
     """The same shape without torch: clean, then the hashing embedder."""
-    return ds.map_batches(clean, batch_size=1024).map_batches(hashing_embed, batch_size=batch_size,
-                                                                concurrency=concurrency)
+    return (ds.map_batches(clean, batch_size=1024, batch_format="pyarrow")
+              .map_batches(hashing_embed, batch_size=batch_size, concurrency=concurrency, batch_format="pyarrow"))

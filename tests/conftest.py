@@ -13,7 +13,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Python workers (and Airflow's task processes) import user functions by module name,
 # like any Spark job: make the test helper modules importable there and here.
 _here = os.path.dirname(os.path.abspath(__file__))
-_test_dirs = [os.path.join(_here, d) for d in ("", "engine", "provider")]
+_test_dirs = [os.path.join(_here, d) for d in ("", "engine", "provider", "compat")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*_test_dirs, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 sys.path[:0] = [d for d in [*_test_dirs, os.path.join(_here, "provider", "dags")] if d not in sys.path]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -34,6 +34,8 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine", 5),  # engine/__init__.py
     (f"{PACKAGE}.engine.dataset", 5),
     (f"{PACKAGE}.engine.read_api", 5),
+    (f"{PACKAGE}.engine.in_memory", 5),
+    (f"{PACKAGE}.engine.dataset_methods", 5),
     (f"{PACKAGE}.epochs", 6),
     (f"{PACKAGE}.hooks", 7),
     (f"{PACKAGE}.operators", 7),

@@ -18,8 +18,10 @@ from airflow_streambatch.engine.errors import (
     PartitionsFailedError,
     StreamBatchError,
     UserCodeError,
+    UserCodeException,
 )
 from airflow_streambatch.engine.execution.partitions import WriteResult
+from airflow_streambatch.engine.in_memory import from_arrow, from_blocks, from_numpy, from_pandas
 from airflow_streambatch.engine.read_api import (
     from_items,
     range,
@@ -41,8 +43,13 @@ __all__ = [
     "PartitionsFailedError",
     "StreamBatchError",
     "UserCodeError",
+    "UserCodeException",
     "WriteResult",
+    "from_arrow",
+    "from_blocks",
     "from_items",
+    "from_numpy",
+    "from_pandas",
     "range",
     "read_binary_files",
     "read_csv",

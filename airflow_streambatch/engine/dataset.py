@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.worker.batches import check_batch_format, rebatch, to_format
+from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format, rebatch, to_format
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.execution.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.dataset_methods import DatasetMethods
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
@@ -34,8 +35,11 @@ class _Batches:
     def _iter_tables(self) -> Iterator[pa.Table]:
         raise NotImplementedError
 
-    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "pyarrow") -> Iterator:
-        """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format``."""
+    def iter_batches(self, *, batch_size: int | None = 256,
+                     batch_format: str | None = DEFAULT_BATCH_FORMAT) -> Iterator:
+        """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format`` (as in Ray Data:
+        ``"default"``/``"numpy"`` a dict of NumPy arrays, ``"pandas"``, ``"pyarrow"``; ``None`` the
+        blocks' own `pyarrow.Table`)."""
         check_batch_format(batch_format, "iter_batches")
         check_positive_int(batch_size, "iter_batches: batch_size", allow_none=True)
         for batch in rebatch(self._iter_tables(), batch_size):
@@ -46,7 +50,7 @@ class _Batches:
             yield from table.to_pylist()
 
 
-class Dataset(_Batches):
+class Dataset(_Batches, DatasetMethods):
     """A lazy pipeline of blocks. Build it with ``read_*``/``from_items``/``range``."""
 
     def __init__(self, logical: list, context: DataContext | None = None):
@@ -66,14 +70,16 @@ class Dataset(_Batches):
         return self._context or DataContext.get_current()
 
     # -- transforms ---------------------------------------------------------------
-    def map_batches(self, fn, *, batch_size: int | None = None, batch_format: str = "pyarrow",
+    def map_batches(self, fn, *, batch_size: int | None = None, batch_format: str | None = DEFAULT_BATCH_FORMAT,
                     num_cpus: float | None = None, num_gpus: float | None = None,
                     resources: dict[str, float] | None = None, concurrency: int | tuple | None = None,
                     fn_args: tuple = (), fn_kwargs: dict | None = None,
                     fn_constructor_args: tuple = (), fn_constructor_kwargs: dict | None = None) -> Dataset:
         """Apply ``fn`` to batches. A class as ``fn`` is built once per worker process and reused.
 
-        ``batch_size=None`` gives ``fn`` each input block whole. GPU operators default
+        ``batch_size=None`` gives ``fn`` each input block whole. ``batch_format`` is Ray Data's:
+        by default a dict of column name to NumPy array; ``"pyarrow"`` (or ``None``) hands ``fn``
+        the `pyarrow.Table` the engine holds, without a conversion. GPU operators default
         to ``num_cpus=0`` so they hold only a GPU slot.
         """
         name = f"MapBatches({describe(fn)})"
@@ -255,17 +261,24 @@ class Dataset(_Batches):
         return self._last_stats
 
 
+class _BlockOwner:
+    """Deletes a materialized dataset's block files (``cleanup``, on every host that holds some)
+    once neither the dataset nor any dataset built on it is referenced."""
+
+    def __init__(self, cleanup: Callable[[], None] | None):
+        if cleanup is not None:
+            weakref.finalize(self, cleanup)
+
+
 class MaterializedDataset(Dataset):
-    """A dataset whose blocks exist; its files are deleted when it is garbage-collected
-    (``cleanup`` removes them on every host that holds some)."""
+    """A dataset whose blocks exist; its files are deleted when neither it nor a dataset built
+    on it (``materialize().limit(7)``) can read them any more."""
 
     def __init__(self, refs: list[BlockRef], cleanup: Callable[[], None] | None, lineage: dict,
                  stats: RunStats | None, context=None):
-        super().__init__([InputBlocks(tuple(refs), lineage)], context)
+        super().__init__([InputBlocks(tuple(refs), lineage, _BlockOwner(cleanup))], context)
         self._refs = refs
         self._last_stats = stats
-        if cleanup is not None:
-            weakref.finalize(self, cleanup)
 
     def num_blocks(self) -> int:
         return len(self._refs)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class StreamBatchError(Exception):
@@ -28,6 +28,11 @@ class UserCodeError(StreamBatchError):
         super().__init__(text)
 
 
+class UserCodeException(StreamBatchError):
+    """Ray Data's name for "a user function raised": the error a consumer raises when input
+    partitions failed because of exceptions in user code (see `partitions_failed`)."""
+
+
 class LineageError(StreamBatchError):
     """A lost block could not be rebuilt (its producer is unknown or not deterministic)."""
 
@@ -41,6 +46,7 @@ class PartitionFailure:
     operator: str
     error: str
     traceback: str = ""
+    exception: BaseException | None = field(default=None, compare=False, repr=False)  # the task's own, if it loaded
 
     def describe(self) -> str:
         return f"partition {self.partition} ({self.label}) in {self.operator}: {self.error}"
@@ -51,11 +57,42 @@ class PartitionsFailedError(StreamBatchError):
 
     def __init__(self, failures: list[PartitionFailure], allowed: int):
         self.failures = failures
+        self.allowed = allowed
         lines = "\n".join(f"  - {f.describe()}" for f in failures)
         super().__init__(
             f"{len(failures)} input partition(s) failed (DataContext.max_failed_partitions={allowed}):\n{lines}\n"
             f"Other partitions were not affected; raise max_failed_partitions to let a run finish anyway."
         )
+
+    def __reduce__(self):  # pickles (to another process) as it was made, the dual type of `partitions_failed` too
+        return partitions_failed, (self.failures, self.allowed)
+
+
+def partitions_failed(failures: list[PartitionFailure], allowed: int) -> PartitionsFailedError:
+    """The error to raise for ``failures``: a `PartitionsFailedError` that, when every failure is one
+    exception type from user code, is also an instance of that type and of `UserCodeException`.
+
+    A Ray Data user writes ``with pytest.raises(ValueError)`` or ``except KeyError`` around a
+    consumer, and Ray raises an error that is an instance of the UDF's exception type: so does
+    this, while still listing every failed partition (partition isolation is kept). The first
+    failure's exception is the ``__cause__``, so its traceback is in the chain.
+    """
+    error = PartitionsFailedError(failures, allowed)
+    causes = [f.exception for f in failures]
+    kinds = {type(c) for c in causes}
+    if None in kinds or len(kinds) != 1:
+        error.__cause__ = next((c for c in causes if c is not None), None)
+        return error
+    kind = kinds.pop()
+    if not issubclass(kind, StreamBatchError):
+        try:  # a class that is both, as Ray's RayTaskError.as_instanceof_cause() makes
+            dual = type(f"PartitionsFailedError[{kind.__name__}]", (PartitionsFailedError, UserCodeException, kind),
+                        {"__module__": __name__, "__str__": Exception.__str__})  # KeyError's would quote it
+            error = dual(failures, allowed)
+        except TypeError:  # an exception type that cannot be a base (layout, __init__ signature)
+            pass
+    error.__cause__ = causes[0]
+    return error
 
 
 class PartialResultWarning(UserWarning):

@@ -85,7 +85,7 @@ def main() -> None:
                          resources={"CPU": 4})
     partitions = len(os.listdir(source))  # one input partition per file
     ds = sb.read_parquet(source, override_num_blocks=partitions).map_batches(
-        Work, fn_constructor_args=(mode, markers, sleep_s))
+        Work, fn_constructor_args=(mode, markers, sleep_s), batch_format="pyarrow")
     started = time.time()
     try:
         with ctx.scoped():

@@ -53,8 +53,8 @@ def main() -> None:
     ctx = sb.DataContext(target_max_block_size=64 * KiB, target_min_block_size=16 * KiB, memory_limit=1024 * KiB,
                          progress_interval_s=2, resources={"CPU": 4})
     files = len(os.listdir(source))
-    ds = (sb.read_parquet(source, override_num_blocks=files).map_batches(tag)
-          .map_batches(Slow, fn_constructor_args=(sleep_s,), concurrency=1))
+    ds = (sb.read_parquet(source, override_num_blocks=files).map_batches(tag, batch_format="pyarrow")
+          .map_batches(Slow, fn_constructor_args=(sleep_s,), concurrency=1, batch_format="pyarrow"))
     started = time.time()
     summary: dict = {"driver_namespace": _namespace()}
     with ctx.scoped():
@@ -64,12 +64,12 @@ def main() -> None:
         elif mode == "take_all":
             summary["rows"] = [(r["id"], r["hosts"]) for r in ds.take_all()]
         elif mode == "iter_batches":
-            summary["rows"] = [(i, h) for b in ds.iter_batches(batch_size=7)
+            summary["rows"] = [(i, h) for b in ds.iter_batches(batch_size=7, batch_format="pyarrow")
                                for i, h in zip(b["id"].to_pylist(), b["hosts"].to_pylist())]
         elif mode == "materialize":
             kept = ds.materialize()
             first = [(r["id"], r["hosts"]) for r in kept.take_all()]
-            second = [(r["id"], r["hosts"]) for r in kept.map_batches(lambda b: b).take_all()]
+            second = [(r["id"], r["hosts"]) for r in kept.map_batches(lambda b: b, batch_format="pyarrow").take_all()]
             summary.update(rows=first, rows_again=second, num_blocks=kept.num_blocks())
             del kept
         else:

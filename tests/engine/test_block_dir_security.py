@@ -51,7 +51,7 @@ def nobody_dir():
 def test_a_block_dir_another_user_created_is_refused_before_anything_is_written(ctx, nobody_dir):
     ctx.block_dir = nobody_dir
     with pytest.raises(PermissionError, match=rf"{nobody_dir}.*DataContext\.block_dir.*owned by uid 65534"):
-        sb.range(100, override_num_blocks=4).map_batches(_add_one).take_all()
+        sb.range(100, override_num_blocks=4).map_batches(_add_one, batch_format="pyarrow").take_all()
     assert os.listdir(nobody_dir) == []  # no run directory for the attacker to swap
 
 
@@ -64,7 +64,7 @@ def test_a_group_writable_block_dir_from_the_environment_is_refused(ctx, tmp_pat
     monkeypatch.setenv("STREAMBATCH_BLOCK_DIR", str(shared))
     ctx.block_dir = _default_block_dir()
     with pytest.raises(PermissionError, match=r"STREAMBATCH_BLOCK_DIR.*mode 0775 lets group or others write"):
-        sb.range(100, override_num_blocks=4).map_batches(_add_one).take_all()
+        sb.range(100, override_num_blocks=4).map_batches(_add_one, batch_format="pyarrow").take_all()
 
 
 def test_the_default_block_dir_is_per_user(monkeypatch):
@@ -80,7 +80,7 @@ def test_blocks_are_private_to_the_user_even_under_a_world_readable_parent(ctx):
     try:
         os.chmod(parent, 0o755)  # nobody may traverse it: only the block dir's own modes protect the blocks
         ctx.block_dir = os.path.join(parent, "blocks")
-        kept = sb.range(100, override_num_blocks=4).map_batches(_add_one).materialize()
+        kept = sb.range(100, override_num_blocks=4).map_batches(_add_one, batch_format="pyarrow").materialize()
         paths = [ref.path for ref in kept._refs]
         run_dir = os.path.dirname(paths[0])
         assert sorted(r["y"] for r in kept.take_all()) == list(range(1, 101))
@@ -167,6 +167,6 @@ def test_a_record_from_a_process_without_the_secret_changes_nothing_in_a_running
         return _add_one(batch)
 
     ctx.target_max_block_size = 64  # a block per few rows: blocks stream out while the task runs
-    rows = sb.range(100, override_num_blocks=4).map_batches(forge, batch_size=5).take_all()
+    rows = sb.range(100, override_num_blocks=4).map_batches(forge, batch_size=5, batch_format="pyarrow").take_all()
     assert sorted(r["y"] for r in rows) == list(range(1, 101))
     assert refused.exists() and secret.read_bytes() == content

@@ -59,7 +59,8 @@ def test_engine_cuts_large_task_output_into_target_sized_blocks(ctx):
 
 def test_engine_replay_emits_identical_blocks(ctx):
     ctx.target_max_block_size = 200_000
-    ds = sb.range(100_000, override_num_blocks=3).map_batches(lambda b: b.append_column("y", b["id"]))
+    ds = sb.range(100_000, override_num_blocks=3).map_batches(lambda b: b.append_column("y", b["id"]),
+                                                              batch_format="pyarrow")
     first = [(r.producer, r.num_rows) for r in ds.iter_internal_ref_bundles()]
     second = [(r.producer, r.num_rows) for r in ds.iter_internal_ref_bundles()]
     assert sorted(first) == sorted(second) and len(first) > 3
@@ -67,7 +68,7 @@ def test_engine_replay_emits_identical_blocks(ctx):
 
 def test_small_blocks_are_coalesced_for_downstream_tasks(ctx):
     ctx.target_min_block_size = 64 * 1024
-    ds = sb.range(20_000, override_num_blocks=40).map_batches(lambda b: b, num_cpus=2)
+    ds = sb.range(20_000, override_num_blocks=40).map_batches(lambda b: b, num_cpus=2, batch_format="pyarrow")
     assert ds.count() == 20_000
     downstream = ds.last_run_stats.ops[1]
     assert downstream.tasks_done < 40  # 40 blocks of 4 KB were bundled into fewer tasks

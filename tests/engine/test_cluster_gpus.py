@@ -75,8 +75,9 @@ def run_job(master: str, conf: dict, dirs: dict) -> dict:
     import airflow_streambatch.engine as sb
 
     ds = (sb.read_parquet(dirs["source"], override_num_blocks=FILES)
-          .map_batches(Note, fn_constructor_args=("cpu", dirs["notes"], SLEEP_S))
-          .map_batches(Note, num_gpus=1, concurrency=2, fn_constructor_args=("gpu", dirs["notes"], SLEEP_S)))
+          .map_batches(Note, fn_constructor_args=("cpu", dirs["notes"], SLEEP_S), batch_format="pyarrow")
+          .map_batches(Note, num_gpus=1, concurrency=2, fn_constructor_args=("gpu", dirs["notes"], SLEEP_S),
+                       batch_format="pyarrow"))
     progress_s = float(os.environ.get("GPU_TEST_PROGRESS", "0"))  # seconds between progress lines, to debug
     started = time.time()
     try:

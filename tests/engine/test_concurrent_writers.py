@@ -34,7 +34,8 @@ import airflow_streambatch.engine as sb
 from test_concurrent_writers import slow
 ctx = sb.DataContext(block_dir={blocks!r}, progress_interval_s=0, resources={{"CPU": 2}})
 with ctx.scoped():
-    result = sb.range({rows}, override_num_blocks={parts}).map_batches(slow).write_parquet({out!r}, mode="resume")
+    ds = sb.range({rows}, override_num_blocks={parts}).map_batches(slow, batch_format="pyarrow")
+    result = ds.write_parquet({out!r}, mode="resume")
 print("committed", len(result.committed), flush=True)
 """
 
@@ -66,7 +67,7 @@ def slow(batch):
 
 
 def slow_pipeline(ds, epoch):
-    return ds.map_batches(slow)
+    return ds.map_batches(slow, batch_format="pyarrow")
 
 
 def _ids(path) -> list[int]:

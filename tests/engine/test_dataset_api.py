@@ -85,7 +85,7 @@ def test_materialize_keeps_blocks_and_reuses_them_without_recomputing(ctx, tmp_p
         (marker / f"{os.getpid()}-{batch['id'][0].as_py()}").write_text("x")
         return batch
 
-    mat = sb.range(50, override_num_blocks=5).map_batches(touch).materialize()
+    mat = sb.range(50, override_num_blocks=5).map_batches(touch, batch_format="pyarrow").materialize()
     calls = len(list(marker.iterdir()))
     assert mat.count() == 50 and mat.count() == 50
     assert len(list(marker.iterdir())) == calls == 5
@@ -102,7 +102,7 @@ def test_iter_split_shards_one_execution_between_consumers(ctx):
     seen: list[list[int]] = [[] for _ in shards]
 
     def consume(i):
-        for batch in shards[i].iter_batches(batch_size=None):
+        for batch in shards[i].iter_batches(batch_size=None, batch_format="pyarrow"):
             seen[i].extend(batch["id"].to_pylist())
 
     threads = [threading.Thread(target=consume, args=(i,)) for i in range(3)]
@@ -117,7 +117,7 @@ def test_schema_of_transformed_dataset(ctx):
 
 
 def test_stats_report_every_operator_after_execution(ctx):
-    ds = sb.range(100).map_batches(lambda b: b, num_cpus=0.5)
+    ds = sb.range(100).map_batches(lambda b: b, num_cpus=0.5, batch_format="pyarrow")
     assert "not been executed" in ds.stats()
     ds.count()
     text = ds.stats()

@@ -18,14 +18,18 @@ def test_unknown_batch_format_names_operator_and_choices():
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: sb.range(3).map_batches(lambda b: b, batch_size=-1), "batch_size must be a positive integer"),
-        (lambda: sb.range(3).map_batches(lambda b: b, num_gpus=-1), "num_gpus must be a number >= 0"),
-        (lambda: sb.range(3).map_batches(lambda b: b, concurrency=0), "concurrency must be a positive integer"),
+        (lambda: sb.range(3).map_batches(lambda b: b, batch_size=-1,
+                                         batch_format="pyarrow"), "batch_size must be a positive integer"),
+        (lambda: sb.range(3).map_batches(lambda b: b, num_gpus=-1,
+                                         batch_format="pyarrow"), "num_gpus must be a number >= 0"),
+        (lambda: sb.range(3).map_batches(lambda b: b, concurrency=0,
+                                         batch_format="pyarrow"), "concurrency must be a positive integer"),
         (lambda: sb.range(3).limit(-2), r"limit\(n\): n must be an integer >= 0"),
         (lambda: sb.range(3).repartition(0), "num_blocks must be a positive integer"),
         (lambda: sb.range(-1), "n must be an integer >= 0"),
         (lambda: sb.range(3, override_num_blocks=-4), "override_num_blocks must be a positive integer"),
-        (lambda: sb.range(3).map_batches(lambda b: b, fn_constructor_args=(1,)), "apply only when fn is a class"),
+        (lambda: sb.range(3).map_batches(lambda b: b, fn_constructor_args=(1,),
+                                         batch_format="pyarrow"), "apply only when fn is a class"),
     ],
 )
 def test_bad_arguments_are_rejected_at_build_time(build, message):
@@ -48,7 +52,7 @@ def test_udf_returning_wrong_type_names_the_operator(ctx):
         return [1, 2, 3]
 
     with pytest.raises(sb.PartitionsFailedError, match=r"MapBatches\(to_list\).*returned list; a batch function must"):
-        sb.range(10).map_batches(to_list).count()
+        sb.range(10).map_batches(to_list, batch_format="pyarrow").count()
 
 
 def test_udf_exception_names_operator_partition_and_carries_traceback(ctx):
@@ -93,7 +97,7 @@ def test_udf_changing_schema_between_batches_is_named(ctx):
         return batch.append_column("extra", batch["id"])
 
     with pytest.raises(sb.PartitionsFailedError, match=r"MapBatches\(flaky_schema\) produced batches of different"):
-        sb.range(10, override_num_blocks=1).map_batches(flaky_schema, batch_size=5).count()
+        sb.range(10, override_num_blocks=1).map_batches(flaky_schema, batch_size=5, batch_format="pyarrow").count()
 
 
 def test_missing_input_path_is_a_clear_error(ctx, tmp_path):
@@ -103,4 +107,4 @@ def test_missing_input_path_is_a_clear_error(ctx, tmp_path):
 
 def test_gpu_operator_without_gpu_slots_names_the_setting(ctx):
     with pytest.raises(ValueError, match=r"GPU=1 per task but only 0 GPU slot.*DataContext.get_current\(\).resources"):
-        sb.range(3).map_batches(lambda b: b, num_gpus=1).count()
+        sb.range(3).map_batches(lambda b: b, num_gpus=1, batch_format="pyarrow").count()

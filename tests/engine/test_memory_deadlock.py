@@ -45,7 +45,7 @@ def test_a_tight_limit_finishes_with_every_row_once(ctx, tmp_path, policy, block
     ctx.target_max_block_size = BLOCK
     ctx.stall_timeout_s = 60  # a stall fails the test loudly instead of hanging it
     ds = (sb.read_parquet(str(tmp_path / "in"), override_num_blocks=8)
-          .map_batches(expand).map_batches(tag, num_cpus=0.5))
+          .map_batches(expand, batch_format="pyarrow").map_batches(tag, num_cpus=0.5, batch_format="pyarrow"))
     started = time.monotonic()
     result = ds.write_parquet(str(tmp_path / "out"))
     peak = ds.last_run_stats.peak_memory_bytes
@@ -79,7 +79,8 @@ def test_random_small_pipelines_never_block(ctx):
             cpus = rng.choice([1, 0.5, 0.25])
             sleep_s = rng.choice([0, 0.01, 0.05])
             shape.append((expansion, cpus, sleep_s))
-            ds = ds.map_batches(partial(_cost, expansion=expansion, sleep_s=sleep_s), num_cpus=cpus)
+            ds = ds.map_batches(partial(_cost, expansion=expansion, sleep_s=sleep_s), num_cpus=cpus,
+                                batch_format="pyarrow")
         started = time.monotonic()
         rows = ds.count()
         elapsed = time.monotonic() - started
@@ -92,7 +93,8 @@ def test_a_limit_below_two_blocks_cuts_smaller_blocks_and_says_so(ctx, caplog):
     ctx.memory_limit = 64 * KiB
     ctx.target_max_block_size = BLOCK
     with caplog.at_level("WARNING", logger="airflow_streambatch.engine.progress"):
-        rows = sb.range(400, override_num_blocks=2).map_batches(partial(expand, pad=1 * KiB)).take_all()
+        rows = sb.range(400, override_num_blocks=2).map_batches(partial(expand, pad=1 * KiB),
+                                                                batch_format="pyarrow").take_all()
     assert len(rows) == 400
     assert "fewer than 2 blocks of DataContext.target_max_block_size" in caplog.text
     assert ctx.target_max_block_size == BLOCK  # only the run's copy changed

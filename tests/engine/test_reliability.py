@@ -39,11 +39,13 @@ def test_a_partition_failing_in_an_unfused_operator_is_never_committed(ctx, tmp_
     ds = sb.range(40, override_num_blocks=4)  # partition p holds ids 10p .. 10p+9
     # concurrency= makes the failing step its own operator: its inputs are released when it fails
     with pytest.warns(sb.PartialResultWarning):
-        result = ds.map_batches(FailOn, fn_constructor_args=({15},), concurrency=1).write_parquet(
+        result = ds.map_batches(FailOn, fn_constructor_args=({15},), concurrency=1,
+                                batch_format="pyarrow").write_parquet(
             str(out), mode="resume")
     assert [f.partition for f in result.failed] == [1] and sorted(result.committed) == [0, 2, 3]
     assert not (out / "p00001").exists()
-    rerun = ds.map_batches(FailOn, fn_constructor_args=(set(),), concurrency=1).write_parquet(str(out), mode="resume")
+    rerun = ds.map_batches(FailOn, fn_constructor_args=(set(),), concurrency=1,
+                           batch_format="pyarrow").write_parquet(str(out), mode="resume")
     assert sorted(rerun.committed) == [1] and sorted(rerun.skipped) == [0, 2, 3]
     assert _ids(out) == list(range(40))
 
@@ -60,7 +62,8 @@ def test_a_crashing_worker_fails_only_its_own_partition(ctx, tmp_path):
     ctx.max_failed_partitions = 24
     out = tmp_path / "out"
     with pytest.warns(sb.PartialResultWarning):
-        result = sb.range(240, override_num_blocks=24).map_batches(partial(_crash_on, poison=55)).write_parquet(
+        result = sb.range(240, override_num_blocks=24).map_batches(partial(_crash_on, poison=55),
+                                                                   batch_format="pyarrow").write_parquet(
             str(out))
     assert [f.partition for f in result.failed] == [5]  # tasks that shared its Spark jobs were rerun, not failed
     error = result.failed[0].error
@@ -131,7 +134,8 @@ sys.path.insert(0, {tests!r})
 from test_reliability import slow
 ctx = sb.DataContext(block_dir={blocks!r}, progress_interval_s=0, resources={{"CPU": 2}})
 with ctx.scoped():
-    sb.range(120, override_num_blocks=12).map_batches(slow).write_parquet({out!r}, mode="resume")
+    sb.range(120, override_num_blocks=12).map_batches(slow,
+                                                      batch_format="pyarrow").write_parquet({out!r}, mode="resume")
 """
 
 
@@ -186,7 +190,7 @@ def _string_ids_in_partition_2(batch):
 def test_a_partition_with_other_columns_fails_instead_of_committing(ctx, tmp_path):
     ctx.max_failed_partitions = 1
     out = tmp_path / "out"
-    ds = sb.range(40, override_num_blocks=4).map_batches(_string_ids_in_partition_2)
+    ds = sb.range(40, override_num_blocks=4).map_batches(_string_ids_in_partition_2, batch_format="pyarrow")
     with pytest.warns(sb.PartialResultWarning):
         result = ds.write_parquet(str(out))
     assert [f.partition for f in result.failed] == [2]
@@ -196,7 +200,7 @@ def test_a_partition_with_other_columns_fails_instead_of_committing(ctx, tmp_pat
 
 def test_partial_results_say_which_partitions_they_lack(ctx):
     ctx.max_failed_partitions = 1
-    ds = sb.range(100, override_num_blocks=10).map_batches(FailOn, fn_constructor_args=({42},))
+    ds = sb.range(100, override_num_blocks=10).map_batches(FailOn, fn_constructor_args=({42},), batch_format="pyarrow")
     with pytest.warns(sb.PartialResultWarning, match=r"partition 4 \(range\[40:50\]\)"):
         assert ds.count() == 90
     with warnings.catch_warnings():
@@ -217,12 +221,14 @@ def test_a_hung_task_is_killed_after_task_timeout_and_retried(ctx, tmp_path):
     ctx.task_timeout_s = 3
     markers = tmp_path / "markers"
     markers.mkdir()
-    rows = sb.range(40, override_num_blocks=4).map_batches(partial(_hang_on, poison=25, marker_dir=str(markers)))
+    rows = sb.range(40, override_num_blocks=4).map_batches(partial(_hang_on, poison=25, marker_dir=str(markers)),
+                                                           batch_format="pyarrow")
     assert sorted(r["id"] for r in rows.take_all()) == list(range(40))  # hung once, then ran
 
     ctx.max_failed_partitions = 1
     ctx.max_task_retries = 0
-    forever = sb.range(40, override_num_blocks=4).map_batches(partial(_hang_on, poison=25, marker_dir=None))
+    forever = sb.range(40, override_num_blocks=4).map_batches(partial(_hang_on, poison=25, marker_dir=None),
+                                                              batch_format="pyarrow")
     with pytest.warns(sb.PartialResultWarning):
         result = forever.write_parquet(str(tmp_path / "out"))
     assert [f.partition for f in result.failed] == [2]
@@ -243,7 +249,8 @@ def test_a_full_block_dir_stops_the_run_naming_the_settings_and_commits_nothing(
         ctx.block_dir = str(mount / "blocks")
         ctx.target_max_block_size = 1 << 20
         out = tmp_path / "out"
-        ds = sb.range(400, override_num_blocks=4).map_batches(_pad).map_batches(lambda b: b, num_cpus=0.5)
+        ds = sb.range(400, override_num_blocks=4).map_batches(_pad, batch_format="pyarrow")
+        ds = ds.map_batches(lambda b: b, num_cpus=0.5, batch_format="pyarrow")
         with pytest.raises(sb.StreamBatchError) as info:
             ds.write_parquet(str(out))
         message = str(info.value)
@@ -255,12 +262,13 @@ def test_a_full_block_dir_stops_the_run_naming_the_settings_and_commits_nothing(
 
 
 def test_output_blocks_lost_before_the_driver_reads_them_are_rebuilt(ctx):
-    mat = sb.range(100, override_num_blocks=4).map_batches(lambda b: b.append_column("y", b["id"])).materialize()
+    mat = sb.range(100, override_num_blocks=4).map_batches(lambda b: b.append_column("y", b["id"]),
+                                                           batch_format="pyarrow").materialize()
     for ref in mat._refs:
         os.remove(ref.path)
     assert sorted(r["id"] for r in mat.take_all()) == list(range(100))
     os.remove(mat._refs[0].path)
-    assert sum(b.num_rows for b in mat.iter_batches(batch_size=None)) == 100
+    assert sum(b.num_rows for b in mat.iter_batches(batch_size=None, batch_format="pyarrow")) == 100
 
 
 def test_a_write_into_its_own_input_is_refused_naming_both_paths(ctx, tmp_path):

@@ -28,7 +28,8 @@ def test_conservative_policy_never_exceeds_the_memory_limit(ctx):
     ctx.scheduling_policy = "conservative"
     ctx.memory_limit = 10 * MiB
     ctx.target_max_block_size = 2 * MiB
-    ds = sb.range(16, override_num_blocks=16).flat_map(_expand).map_batches(_slow_shrink, num_cpus=0.5)
+    ds = sb.range(16, override_num_blocks=16).flat_map(_expand).map_batches(_slow_shrink, num_cpus=0.5,
+                                                                            batch_format="pyarrow")
     assert ds.count() == 64
     stats = ds.last_run_stats
     assert 0 < stats.peak_memory_bytes <= 10 * MiB
@@ -38,7 +39,8 @@ def test_conservative_policy_never_exceeds_the_memory_limit(ctx):
 def test_adaptive_policy_finishes_under_pressure_and_pipelines(ctx):
     ctx.memory_limit = 10 * MiB
     ctx.target_max_block_size = 2 * MiB
-    ds = sb.range(16, override_num_blocks=16).flat_map(_expand).map_batches(_slow_shrink, num_cpus=0.5)
+    ds = sb.range(16, override_num_blocks=16).flat_map(_expand).map_batches(_slow_shrink, num_cpus=0.5,
+                                                                            batch_format="pyarrow")
     assert ds.count() == 64
     # Adaptive may overshoot while its estimates are young (paper 4.3.2), but it streams:
     # it never holds anything near the 64 MiB the sources produce in all.
@@ -78,7 +80,7 @@ def test_gpu_slots_cap_parallelism_and_get_distinct_gpu_ids(ctx, tmp_path):
     tmp_path.mkdir()
     ctx.resources = {"CPU": 4, "GPU": 2}
     ds = sb.range(8, override_num_blocks=8).map_batches(
-        _Recorder, num_gpus=1, fn_constructor_args=(str(tmp_path),)
+        _Recorder, num_gpus=1, fn_constructor_args=(str(tmp_path),), batch_format="pyarrow"
     )
     assert ds.count() == 8
     assert _max_overlap(tmp_path) <= 2
@@ -88,7 +90,7 @@ def test_concurrency_caps_an_operator(ctx, tmp_path):
     tmp_path = tmp_path / "spans"
     tmp_path.mkdir()
     ds = sb.range(8, override_num_blocks=8).map_batches(
-        _Recorder, num_cpus=0.5, concurrency=1, fn_constructor_args=(str(tmp_path),)
+        _Recorder, num_cpus=0.5, concurrency=1, fn_constructor_args=(str(tmp_path),), batch_format="pyarrow"
     )
     assert ds.count() == 8
     assert _max_overlap(tmp_path) == 1
@@ -108,7 +110,7 @@ def test_stateful_udf_is_constructed_once_per_worker_process(ctx, tmp_path):
     tmp_path.mkdir()
     ctx.target_min_block_size = 1  # one task per block: many tasks per worker
     ds = sb.range(400, override_num_blocks=40).map_batches(
-        _CountConstructions, num_cpus=0.5, fn_constructor_args=(str(tmp_path),)
+        _CountConstructions, num_cpus=0.5, fn_constructor_args=(str(tmp_path),), batch_format="pyarrow"
     )
     pids_used = {row["pid"] for row in ds.take_all()}
     constructions = [name.split("-")[0] for name in os.listdir(tmp_path)]

@@ -48,8 +48,9 @@ def _times(log_dir, prefix):
 def _pipeline(log_dir, inputs: int, frames: int, **explode):
     return (
         sb.range(inputs, override_num_blocks=inputs)
-        .map_batches(partial(_explode, frames=frames, log_dir=str(log_dir), **explode), batch_size=1)
-        .map_batches(partial(_consume, log_dir=str(log_dir)), num_cpus=0.5)
+        .map_batches(partial(_explode, frames=frames, log_dir=str(log_dir), **explode), batch_size=1,
+                     batch_format="pyarrow")
+        .map_batches(partial(_consume, log_dir=str(log_dir)), num_cpus=0.5, batch_format="pyarrow")
     )
 
 
@@ -93,8 +94,8 @@ def test_a_limit_smaller_than_a_bundle_warns_and_still_finishes(ctx, tmp_path, c
     log_dir.mkdir()
     ds = (
         sb.range(1, override_num_blocks=1)
-        .map_batches(partial(_explode, frames=8, log_dir=str(log_dir)), batch_size=1)
-        .map_batches(partial(_consume, log_dir=str(log_dir)), num_cpus=0.5, batch_size=4)
+        .map_batches(partial(_explode, frames=8, log_dir=str(log_dir)), batch_size=1, batch_format="pyarrow")
+        .map_batches(partial(_consume, log_dir=str(log_dir)), num_cpus=0.5, batch_size=4, batch_format="pyarrow")
     )
     with caplog.at_level(logging.WARNING, logger="airflow_streambatch.engine.progress"):
         assert ds.count() == 8

@@ -27,7 +27,7 @@ def _add_score(batch):
 
 
 def _scored(ds, epoch):
-    return ds.map_batches(_add_score)  # fused with the reader and the writer into one operator
+    return ds.map_batches(_add_score, batch_format="pyarrow")  # fused with the reader and the writer into one operator
 
 
 def test_an_operator_fused_with_the_writer_reports_the_rows_and_bytes_it_wrote(ctx, tmp_path):

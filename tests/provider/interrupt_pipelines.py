@@ -22,7 +22,7 @@ def sleepy(ds, epoch, *, started_dir: str, sleep_s: float = 120.0):
     os.makedirs(started_dir, exist_ok=True)
     with open(os.path.join(started_dir, "driver.pid"), "w") as f:
         f.write(str(os.getpid()))
-    return ds.map_batches(partial(_sleep, started_dir=started_dir, sleep_s=float(sleep_s)))
+    return ds.map_batches(partial(_sleep, started_dir=started_dir, sleep_s=float(sleep_s)), batch_format="pyarrow")
 
 
 def tasks_started(started_dir) -> int:

@@ -45,7 +45,7 @@ def score(ds, epoch, *, runs_dir: str, fail_flag: str | None = None, fail_partit
     os.makedirs(runs_dir, exist_ok=True)
     return ds.map_batches(partial(_score, runs_dir=runs_dir, fail_flag=fail_flag,
                                   fail_partitions=[int(p) for p in fail_partitions], kill=int(kill_driver_on),
-                                  driver_pid=os.getpid()))
+                                  driver_pid=os.getpid()), batch_format="pyarrow")
 
 
 def take_partitions_run(runs_dir) -> list[int]:

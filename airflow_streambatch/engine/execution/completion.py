@@ -13,8 +13,13 @@ from __future__ import annotations
 import logging
 
 from airflow_streambatch.engine.context import DataContext
-from airflow_streambatch.engine.errors import PartitionFailure, PartitionsFailedError, StreamBatchError
-from airflow_streambatch.engine.execution.failures import disk_full_error, job_failure_message, root_cause
+from airflow_streambatch.engine.errors import PartitionFailure, StreamBatchError, partitions_failed
+from airflow_streambatch.engine.execution.failures import (
+    disk_full_error,
+    job_failure_message,
+    load_exception,
+    root_cause,
+)
 from airflow_streambatch.engine.execution.flow import BlockFlow
 from airflow_streambatch.engine.execution.launcher import Launch, Launcher
 from airflow_streambatch.engine.execution.lineage import LineageTable
@@ -63,7 +68,7 @@ class Completions:
             elif result.lost_inputs:
                 self._recover_inputs(op, spec, result.lost_inputs)
             elif result.error is not None:
-                self._failed(op, spec, result.error, result.error_traceback)
+                self._failed(op, spec, result.error, result.error_traceback, result.exception)
             else:
                 self._succeeded(op, spec, result)
         self.flow.propagate_done()
@@ -83,7 +88,8 @@ class Completions:
         if spec.read_task is not None:
             self.partitions.read_done(spec.partitions[0])
 
-    def _failed(self, op: Operator, spec: TaskSpec, error: str, remote_traceback: str) -> None:
+    def _failed(self, op: Operator, spec: TaskSpec, error: str, remote_traceback: str,
+                exception: bytes | None = None) -> None:
         """Retry a failed task up to ``max_task_retries`` times, then fail its input partition."""
         key = (op.index, spec.task_key)
         self._attempts[key] = self._attempts.get(key, 0) + 1
@@ -96,7 +102,8 @@ class Completions:
         # fail the partitions before releasing the task's inputs: a partition whose last
         # block is released is committed, and a failed one must never be
         for p in spec.partitions:
-            self.partitions.fail(PartitionFailure(p, self.partitions.label(p), op.name, error, remote_traceback))
+            self.partitions.fail(PartitionFailure(p, self.partitions.label(p), op.name, error, remote_traceback,
+                                                  load_exception(exception)))
         for ref in spec.inputs:
             self.flow.release(ref)
         self.grants.delivered.pop(key, None)
@@ -107,7 +114,7 @@ class Completions:
     def check_failures(self) -> None:
         failures = list(self.partitions.failures.values())
         if len(failures) > self.ctx.max_failed_partitions:
-            raise PartitionsFailedError(failures, self.ctx.max_failed_partitions)
+            raise partitions_failed(failures, self.ctx.max_failed_partitions)
 
     def _recover_inputs(self, op: Operator, spec: TaskSpec, lost: list[str]) -> None:
         """Inputs of ``spec`` vanished: rebuild them by lineage, then run the task again."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import shutil
 
@@ -20,6 +21,21 @@ from airflow_streambatch.engine.execution.stats import human_bytes
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
 WORKER_CRASHED = "Python worker exited unexpectedly"
+
+
+def load_exception(data: bytes | None) -> BaseException | None:
+    """The user's exception a task pickled (`task_runner.portable_exception`), or None if it does not
+    load here (its class is not importable in the driver): the failure's text still says what it was.
+
+    The bytes come from this run's own tasks through Spark's result channel, as the task
+    results that carry them do."""
+    if data is None:
+        return None
+    try:
+        exc = pickle.loads(data)  # noqa: S301 - produced by this run's tasks, see the docstring
+    except Exception:  # noqa: BLE001 - a class missing here, or a custom __reduce__ that fails
+        return None
+    return exc if isinstance(exc, BaseException) else None
 
 
 def root_cause(error: BaseException) -> str:

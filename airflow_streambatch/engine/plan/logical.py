@@ -21,7 +21,7 @@ import pyarrow as pa
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan.datasource import Datasource
 from airflow_streambatch.engine.worker import udf
-from airflow_streambatch.engine.worker.batches import check_batch_format
+from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.worker.sinks import write_task_output
 
@@ -72,7 +72,7 @@ class Transform:
 class MapBatches(Transform):
     fn: Any = None
     batch_size: int | None = None
-    batch_format: str = "pyarrow"
+    batch_format: str | None = DEFAULT_BATCH_FORMAT
     fn_args: tuple = ()
     fn_kwargs: dict = field(default_factory=dict)
     fn_constructor_args: tuple = ()
@@ -131,10 +131,15 @@ class Read:
 
 @dataclass(frozen=True)
 class InputBlocks:
-    """Blocks that already exist (a materialized dataset), with the lineage to rebuild them."""
+    """Blocks that already exist (a materialized dataset), with the lineage to rebuild them.
+
+    ``owner`` is the object whose finalizer deletes the blocks: every dataset built on
+    these blocks holds this op, and so keeps them alive while it can still read them.
+    """
 
     blocks: tuple[BlockRef, ...]
     lineage: dict = field(default_factory=dict, hash=False, compare=False)
+    owner: object = field(default=None, hash=False, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

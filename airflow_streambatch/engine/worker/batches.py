@@ -1,8 +1,10 @@
 """Batch formats: Arrow tables in and out of user functions, and re-batching.
 
 Inside the engine every batch is a `pyarrow.Table`. User functions see the format
-they asked for (``"pyarrow"``, ``"pandas"`` or ``"numpy"``, a dict of arrays) and may
-return any of them; anything else is an error that names the operator.
+they asked for, with Ray Data's names and default: ``"default"`` and ``"numpy"`` (a dict
+of column name to NumPy array), ``"pandas"``, ``"pyarrow"``, or ``None`` (the blocks'
+own format, a `pyarrow.Table`), and may return any of them; anything else is an error
+that names the operator.
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-BATCH_FORMATS = ("pyarrow", "pandas", "numpy")
+BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
+DEFAULT_BATCH_FORMAT = "default"  # Ray Data's: a dict of NumPy arrays
 
 
-def check_batch_format(batch_format: str, where: str) -> None:
+def check_batch_format(batch_format: str | None, where: str) -> None:
     if batch_format not in BATCH_FORMATS:
         raise ValueError(f"{where}: unknown batch_format {batch_format!r}; use one of {BATCH_FORMATS}")
 
 
-def to_format(table: pa.Table, batch_format: str):
+def to_format(table: pa.Table, batch_format: str | None):
     """The batch a user function receives."""
-    if batch_format == "pyarrow":
+    if batch_format in ("pyarrow", None):
         return table
     if batch_format == "pandas":
         return table.to_pandas()

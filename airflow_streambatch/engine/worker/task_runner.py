@@ -89,6 +89,21 @@ class TaskResult:
     no_space: str | None = None  # the path a write failed on for want of disk space (not the partition's fault)
     yielded: bool = False  # preempted while waiting for memory, or not started after one was: run it again
     fetched_bytes: int = 0  # input bytes read from another host
+    exception: bytes | None = None  # the user's exception, pickled (`portable_exception`), for the driver to raise
+
+
+MAX_EXCEPTION_BYTES = 64 * 1024
+
+
+def portable_exception(exc: BaseException) -> bytes | None:
+    """``exc`` pickled for the trip to the driver, which raises it as the failure's cause (so
+    ``except ValueError`` works there as in Ray Data); None when it cannot be pickled or is too
+    large to carry (its text and traceback still travel)."""
+    try:
+        data = cloudpickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - any exception may hold anything (locks, sockets, ...)
+        return None
+    return data if len(data) <= MAX_EXCEPTION_BYTES else None
 
 
 def _fetch_inputs(op: OperatorPayload, spec: TaskSpec) -> tuple[list, list[str], int]:
@@ -190,6 +205,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
         return TaskResult(
             spec.task_key, [], time.perf_counter() - start, input_bytes, 0,
             error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(), no_space=no_space,
+            exception=portable_exception(exc),
         )
     return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
         spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,

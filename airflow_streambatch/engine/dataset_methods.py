@@ -1,0 +1,245 @@
+"""Ray Data's column operations, global aggregates and in-driver consumers, on `Dataset`.
+
+Each is built from the engine's own operators (a ``map_batches`` over whole blocks,
+run on the executors) and consumers, so it streams, retries and recovers like any
+pipeline. Aggregates reduce every block to one row of partial results on the
+executors; the driver only combines those rows.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import zlib
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, from_udf_output, to_format
+
+_ARROW = {"batch_size": None, "batch_format": "pyarrow"}  # whole blocks as the engine holds them
+
+
+class DatasetMethods:
+    """Mixed into `Dataset`; relies on its ``map_batches``, ``limit``, ``iter_batches``,
+    ``iter_internal_ref_bundles``, ``schema`` and ``_iter_tables``."""
+
+    # -- columns --------------------------------------------------------------------
+    def select_columns(self, cols: str | list[str]):
+        """Only ``cols``, in that order."""
+        return self.map_batches(partial(_select, cols=_names(cols, "select_columns")), **_ARROW)
+
+    def drop_columns(self, cols: str | list[str]):
+        """Every column but ``cols``."""
+        return self.map_batches(partial(_drop, cols=_names(cols, "drop_columns")), **_ARROW)
+
+    def rename_columns(self, names: dict[str, str] | list[str]):
+        """Rename by a ``{old: new}`` mapping, or give every column a new name in order."""
+        if not isinstance(names, (dict, list)):
+            raise TypeError(f"rename_columns expects a dict or a list of names, got {type(names).__name__}")
+        return self.map_batches(partial(_rename, names=names), **_ARROW)
+
+    def add_column(self, col: str, fn: Callable, *, batch_format: str | None = "pandas"):
+        """Add (or replace) column ``col`` with ``fn(batch)``, a batch in ``batch_format``
+        (``"pandas"`` by default, as in Ray Data)."""
+        return self.map_batches(partial(_add_column, col=col, fn=fn, batch_format=batch_format), **_ARROW)
+
+    def random_sample(self, fraction: float, *, seed: int | None = None):
+        """Each row kept with probability ``fraction``; with ``seed``, the same rows on every run."""
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"random_sample: fraction must be between 0 and 1, got {fraction!r}")
+        return self.map_batches(partial(_sample, fraction=fraction, seed=seed), **_ARROW)
+
+    # -- aggregates -----------------------------------------------------------------
+    def sum(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
+        return self._aggregate("sum", on, ignore_nulls)
+
+    def min(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
+        return self._aggregate("min", on, ignore_nulls)
+
+    def max(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
+        return self._aggregate("max", on, ignore_nulls)
+
+    def mean(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
+        return self._aggregate("mean", on, ignore_nulls)
+
+    def std(self, on: str | list[str] | None = None, ddof: int = 1, ignore_nulls: bool = True):
+        return self._aggregate("std", on, ignore_nulls, ddof)
+
+    def _aggregate(self, name: str, on, ignore_nulls: bool, ddof: int = 1):
+        """One column named: its value; a list (or None: every column): ``{"name(col)": value}``.
+        None for a dataset without rows, as Ray Data returns; with ``ignore_nulls=False`` a null
+        makes the result None."""
+        cols = _names(on, name) if on is not None else None
+        partials = self.map_batches(partial(_partials, cols=cols), **_ARROW)
+        merged: dict[str, _Moments] = {}
+        for table in partials._iter_tables():
+            for row in table.to_pylist():  # pickled by this run's own tasks
+                merged.setdefault(row["column"], _Moments()).merge(pickle.loads(row["moments"]))  # noqa: S301
+        if not merged and cols is None:
+            return None
+        results = {f"{name}({col})": merged.get(col, _Moments()).result(name, ignore_nulls, ddof)
+                   for col in (cols or list(merged))}
+        return next(iter(results.values())) if isinstance(on, str) else results
+
+    def unique(self, column: str) -> list:
+        """The distinct values of ``column`` (each block reduced on the executors first)."""
+        values = self.select_columns([column]).map_batches(partial(_unique, column=column), **_ARROW)
+        seen: dict = {}
+        for table in values._iter_tables():
+            seen.update(dict.fromkeys(table.column(column).to_pylist()))
+        return list(seen)
+
+    # -- consumers --------------------------------------------------------------------
+    def take_batch(self, batch_size: int = 20, *, batch_format: str | None = DEFAULT_BATCH_FORMAT):
+        """Up to ``batch_size`` rows as one batch; ValueError for a dataset without rows."""
+        tables = list(self.limit(batch_size)._iter_tables())
+        if not any(t.num_rows for t in tables):
+            raise ValueError("take_batch: the dataset has no rows")
+        return to_format(pa.concat_tables(tables, promote_options="default"), batch_format)
+
+    def columns(self, fetch_if_missing: bool = True) -> list[str] | None:
+        schema = self.schema() if fetch_if_missing else None
+        return None if schema is None else schema.names
+
+    def num_blocks(self) -> int:
+        """The number of output blocks (runs the pipeline; block sizes follow ``target_max_block_size``)."""
+        return sum(1 for _ in self.iter_internal_ref_bundles())
+
+    def size_bytes(self) -> int:
+        """The in-memory (Arrow) size of the output, from block metadata (runs the pipeline)."""
+        return sum(ref.size_bytes for ref in self.iter_internal_ref_bundles())
+
+    def to_arrow(self) -> pa.Table:
+        """Every row in the driver, as one `pyarrow.Table` (Ray's ``to_arrow_refs`` has no meaning here)."""
+        tables = list(self._iter_tables())
+        if not tables:
+            return pa.table({})
+        return pa.concat_tables(tables, promote_options="default")
+
+    def to_pandas(self, limit: int | None = None):
+        """Every row in the driver as a DataFrame; ValueError if there are more than ``limit``."""
+        table = self.to_arrow() if limit is None else pa.concat_tables(
+            list(self.limit(limit + 1)._iter_tables()) or [pa.table({})], promote_options="default")
+        if limit is not None and table.num_rows > limit:
+            raise ValueError(f"to_pandas(limit={limit}): the dataset has more than {limit} rows")
+        return table.to_pandas()
+
+    def iter_torch_batches(self, *, batch_size: int | None = 256, dtypes=None, device: str = "auto",
+                           collate_fn: Callable | None = None) -> Iterator:
+        """Batches as dicts of `torch.Tensor` (torch must be installed); ``device="auto"`` is CUDA
+        when available. ``collate_fn`` takes the NumPy batch instead and returns what to yield."""
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("iter_torch_batches needs PyTorch: pip install torch") from None
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        for batch in self.iter_batches(batch_size=batch_size, batch_format="numpy"):
+            if collate_fn is not None:
+                yield collate_fn(batch)
+                continue
+            yield {name: torch.as_tensor(np.require(values, requirements="W"), dtype=dtypes.get(name) if isinstance(dtypes, dict) else dtypes,
+                                         device=device) for name, values in batch.items()}
+
+
+def _names(cols, where: str) -> list[str]:
+    names = [cols] if isinstance(cols, str) else list(cols) if isinstance(cols, (list, tuple)) else None
+    if not names or not all(isinstance(c, str) for c in names):
+        raise TypeError(f"{where}: give a column name or a non-empty list of names, got {cols!r}")
+    return names
+
+
+def _check_present(table: pa.Table, cols: list[str], where: str) -> None:
+    missing = [c for c in cols if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{where}: no column(s) {missing}; the columns are {table.column_names}")
+
+
+def _select(table: pa.Table, cols: list[str]) -> pa.Table:
+    _check_present(table, cols, "select_columns")
+    return table.select(cols)
+
+
+def _drop(table: pa.Table, cols: list[str]) -> pa.Table:
+    _check_present(table, cols, "drop_columns")
+    return table.drop_columns(cols)
+
+
+def _rename(table: pa.Table, names) -> pa.Table:
+    if isinstance(names, list):
+        if len(names) != table.num_columns:
+            raise ValueError(f"rename_columns: {len(names)} names for {table.num_columns} columns "
+                             f"{table.column_names}")
+        return table.rename_columns(names)
+    _check_present(table, list(names), "rename_columns")
+    return table.rename_columns([names.get(c, c) for c in table.column_names])
+
+
+def _add_column(table: pa.Table, col: str, fn: Callable, batch_format: str | None) -> pa.Table:
+    column = fn(to_format(table, batch_format))
+    values = from_udf_output({col: np.asarray(column) if not isinstance(column, (pa.Array, pa.ChunkedArray))
+                              else column}, f"add_column({col!r})").column(col)
+    if col in table.column_names:
+        return table.set_column(table.column_names.index(col), col, values)
+    return table.append_column(col, values)
+
+
+def _sample(table: pa.Table, fraction: float, seed: int | None) -> pa.Table:
+    key = None if seed is None else [seed, table.num_rows, zlib.crc32(repr(table.slice(0, 1).to_pylist()).encode())]
+    return table.filter(pa.array(np.random.default_rng(key).random(table.num_rows) < fraction))
+
+
+def _unique(table: pa.Table, column: str) -> pa.Table:
+    return pa.table({column: pc.unique(table.column(column))})
+
+
+class _Moments:
+    """Partial aggregates of one column that merge exactly (Chan et al.'s update for the variance)."""
+
+    def __init__(self, count=0, nulls=0, total=None, mean=0.0, m2=0.0, low=None, high=None):
+        self.count, self.nulls, self.total, self.mean, self.m2, self.low, self.high = (
+            count, nulls, total, mean, m2, low, high)
+
+    def merge(self, other: _Moments) -> None:
+        if other.count:
+            n = self.count + other.count
+            delta = other.mean - self.mean
+            self.m2 += other.m2 + delta * delta * self.count * other.count / n
+            self.mean += delta * other.count / n
+            self.total = other.total if self.total is None else self.total + other.total
+            self.low = other.low if self.low is None else min(self.low, other.low)
+            self.high = other.high if self.high is None else max(self.high, other.high)
+            self.count = n
+        self.nulls += other.nulls
+
+    def result(self, name: str, ignore_nulls: bool, ddof: int) -> Any:
+        if (self.nulls and not ignore_nulls) or self.count == 0:
+            return None
+        if name == "std":
+            return math.sqrt(self.m2 / (self.count - ddof)) if self.count > ddof else None
+        return {"sum": self.total, "min": self.low, "max": self.high, "mean": self.mean}[name]
+
+
+def _partials(table: pa.Table, cols: list[str] | None) -> pa.Table:
+    rows = []
+    for col in cols or table.column_names:
+        _check_present(table, [col], "aggregate")
+        column = table.column(col)
+        values = pc.drop_null(column)
+        count = len(values)
+        numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+        mean = pc.mean(values).as_py() if count and numeric else 0.0
+        m2 = float(pc.sum(pc.power(pc.subtract(pc.cast(values, pa.float64()), mean), 2)).as_py() or 0.0) \
+            if count and numeric else 0.0
+        moments = _Moments(count, column.null_count, pc.sum(values).as_py() if numeric else None, mean, m2,
+                           pc.min(values).as_py() if count else None, pc.max(values).as_py() if count else None)
+        rows.append({"column": col, "moments": pickle.dumps(moments)})  # min/max of any type, one schema
+    return pa.Table.from_pylist(rows, schema=_PARTIALS)
+
+
+_PARTIALS = pa.schema([("column", pa.string()), ("moments", pa.binary())])

@@ -1,0 +1,80 @@
+"""Datasets from data already in the driver's memory, with Ray Data's constructors:
+``from_pandas``, ``from_arrow``, ``from_numpy`` and ``from_blocks``.
+
+As in Ray Data, each input table (DataFrame, array) is one block and one input
+partition, in the order given; the data travels to the executors inside its read task,
+as `from_items` rows do, so these suit data that fits in the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_streambatch.engine.dataset import Dataset
+from airflow_streambatch.engine.plan.datasource import Datasource, ReadTask
+from airflow_streambatch.engine.plan.logical import Read
+from airflow_streambatch.engine.worker.batches import from_udf_output
+
+
+def from_arrow(tables) -> Dataset:
+    """One block per `pyarrow.Table` (or `RecordBatch`): a table, or a list of them."""
+    return _from_tables("FromArrow", _as_list(tables, (pa.Table, pa.RecordBatch)), "from_arrow")
+
+
+def from_pandas(dfs) -> Dataset:
+    """One block per `pandas.DataFrame`: a DataFrame, or a list of them (the index is dropped)."""
+    import pandas as pd
+
+    return _from_tables("FromPandas", _as_list(dfs, (pd.DataFrame,)), "from_pandas")
+
+
+def from_numpy(ndarrays) -> Dataset:
+    """One block per NumPy array, in a ``data`` column (Ray Data's name); an array of more than one
+    dimension becomes a column of fixed-shape rows."""
+    arrays = _as_list(ndarrays, (np.ndarray,))
+    return _from_tables("FromNumpy", [{"data": array} for array in arrays], "from_numpy")
+
+
+def from_blocks(blocks: list) -> Dataset:
+    """One block per item: pyarrow tables, pandas DataFrames or dicts of columns, as a UDF may return."""
+    if not isinstance(blocks, (list, tuple)) or not blocks:
+        raise TypeError(f"from_blocks expects a non-empty list of blocks, got {type(blocks).__name__}")
+    return _from_tables("FromBlocks", list(blocks), "from_blocks")
+
+
+def _as_list(value, kinds: tuple[type, ...]) -> list:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    wrong = [type(v).__name__ for v in items if not isinstance(v, kinds)]
+    if not items or wrong:
+        names = " or ".join(k.__name__ for k in kinds)
+        raise TypeError(f"expected a {names} or a non-empty list of them, got {wrong or 'an empty list'}")
+    return items
+
+
+def _from_tables(name: str, blocks: list, where: str) -> Dataset:
+    tables = [from_udf_output(block, where) for block in blocks]
+
+    def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
+        return [ReadTask(f"{where}[{i}]", table.nbytes, _read_table(table), _identity(table))
+                for i, table in enumerate(tables)]
+
+    return Dataset([Read(Datasource(name, plan), None)])
+
+
+def _read_table(table: pa.Table) -> Callable[[], Iterator[pa.Table]]:
+    def read():
+        yield table
+
+    return read
+
+
+def _identity(table: pa.Table) -> str:
+    """What a commit records for this input: a hash of the table's bytes in Arrow's IPC format."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return hashlib.sha1(sink.getvalue().to_pybytes()).hexdigest()[:16]
