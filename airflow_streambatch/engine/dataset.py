@@ -90,23 +90,27 @@ class Dataset(_Batches, DatasetMethods):
             fn_constructor_args=tuple(fn_constructor_args), fn_constructor_kwargs=fn_constructor_kwargs or {},
         ))
 
-    def _rows(self, kind: str, label: str, fn, num_cpus, num_gpus, resources, concurrency) -> Dataset:
+    def _rows(self, kind: str, label: str, fn, num_cpus=None, num_gpus=None, resources=None, concurrency=None,
+              fn_args=(), fn_kwargs=None, fn_constructor_args=(), fn_constructor_kwargs=None) -> Dataset:
         name = f"{label}({describe(fn)})"
         request = ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency)
-        return self._with(MapRows(name=name, compute=request,
-                                  fn=fn, kind=kind))
+        return self._with(MapRows(name=name, compute=request, fn=fn, kind=kind, fn_args=tuple(fn_args or ()),
+                                  fn_kwargs=fn_kwargs or {}, fn_constructor_args=tuple(fn_constructor_args or ()),
+                                  fn_constructor_kwargs=fn_constructor_kwargs or {}))
 
-    def map(self, fn, *, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> Dataset:
-        """Apply ``fn`` to each row (a dict) and keep the row it returns."""
-        return self._rows("map", "Map", fn, num_cpus, num_gpus, resources, concurrency)
+    def map(self, fn, **options) -> Dataset:
+        """Apply ``fn`` to each row (a dict) and keep the row it returns. Takes ``map_batches``'s
+        ``num_cpus``, ``num_gpus``, ``resources``, ``concurrency``, ``fn_args``, ``fn_kwargs`` and, for a
+        class built once per worker, ``fn_constructor_args``/``fn_constructor_kwargs``."""
+        return self._rows("map", "Map", fn, **options)
 
-    def flat_map(self, fn, *, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> Dataset:
-        """Apply ``fn`` to each row and keep every row of the list it returns."""
-        return self._rows("flat_map", "FlatMap", fn, num_cpus, num_gpus, resources, concurrency)
+    def flat_map(self, fn, **options) -> Dataset:
+        """Apply ``fn`` to each row and keep every row of the list it returns (options as for `map`)."""
+        return self._rows("flat_map", "FlatMap", fn, **options)
 
-    def filter(self, fn, *, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> Dataset:
-        """Keep the rows for which ``fn(row)`` is true."""
-        return self._rows("filter", "Filter", fn, num_cpus, num_gpus, resources, concurrency)
+    def filter(self, fn, **options) -> Dataset:
+        """Keep the rows for which ``fn(row)`` is true (options as for `map`)."""
+        return self._rows("filter", "Filter", fn, **options)
 
     def limit(self, n: int) -> Dataset:
         """The first ``n`` rows to arrive; upstream work stops once they have."""

@@ -92,16 +92,23 @@ class MapBatches(Transform):
 
 @dataclass
 class MapRows(Transform):
-    """``map``, ``flat_map`` and ``filter``: a function of one row (a dict)."""
+    """``map``, ``flat_map`` and ``filter``: a function of one row (a dict), or a class built once per
+    worker (as for ``map_batches``) whose instances are called with each row."""
 
     fn: Any = None
     kind: str = "map"  # map | flat_map | filter
+    fn_args: tuple = ()
+    fn_kwargs: dict = field(default_factory=dict)
+    fn_constructor_args: tuple = ()
+    fn_constructor_kwargs: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.kind not in udf.ROW_OPERATIONS:
             raise ValueError(f"{self.name}: kind must be one of {sorted(udf.ROW_OPERATIONS)}, got {self.kind!r}")
         if not callable(self.fn):
             raise TypeError(f"{self.name}: fn must be callable, got {type(self.fn).__name__}")
+        if not inspect.isclass(self.fn) and (self.fn_constructor_args or self.fn_constructor_kwargs):
+            raise ValueError(f"{self.name}: fn_constructor_args/kwargs apply only when fn is a class")
 
     def apply(self, tables, env):
         return udf.ROW_OPERATIONS[self.kind](self, tables, env)

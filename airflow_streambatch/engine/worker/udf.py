@@ -1,7 +1,8 @@
 """How transforms run inside a task, on executors: UDF calls, stateful UDF instances,
 and the GPUs a task may see. Plan nodes (`plan/logical.py`) delegate here.
 
-A class passed as ``fn`` is a stateful UDF: it is built once per Python worker
+A class passed as ``fn`` (to ``map_batches``, ``map``, ``flat_map`` or ``filter``)
+is a stateful UDF: it is built once per Python worker
 process (Spark reuses workers between tasks) and kept in ``_INSTANCES`` under the
 operator's id and the task's GPU ids, so a model loads once per worker and device.
 """
@@ -57,10 +58,17 @@ def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator
             yield from_udf_output(out, transform.name)
 
 
+def _row_udf(transform, env: TaskEnv) -> Callable[[dict], Any]:
+    """``row -> fn(row, *fn_args, **fn_kwargs)``, ``fn`` being this worker's instance of a class."""
+    fn, args, kwargs = _udf(transform, env), transform.fn_args, transform.fn_kwargs
+    return (lambda row: fn(row, *args, **kwargs)) if args or kwargs else fn
+
+
 def filter_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
     """``filter``: keep the rows (dicts) for which the function is true."""
+    fn = _row_udf(transform, env)
     for table in tables:
-        mask = [bool(transform.fn(row)) for row in table.to_pylist()]
+        mask = [bool(fn(row)) for row in table.to_pylist()]
         if any(mask):
             yield table.filter(pa.array(mask))
 
@@ -79,10 +87,11 @@ def _rows_each(fn, rows: list[dict], name: str) -> list:
     return out
 
 
-def _rows_to_tables(transform, tables: Iterator[pa.Table], produce) -> Iterator[pa.Table]:
+def _rows_to_tables(transform, tables: Iterator[pa.Table], produce, env: TaskEnv) -> Iterator[pa.Table]:
     keys = None  # the first output row's keys: every later row of the task must match them
+    fn = _row_udf(transform, env)
     for table in tables:
-        out = produce(transform.fn, table.to_pylist(), transform.name)
+        out = produce(fn, table.to_pylist(), transform.name)
         if out:
             if keys is None and isinstance(out[0], dict):
                 keys = frozenset(out[0])
@@ -91,12 +100,12 @@ def _rows_to_tables(transform, tables: Iterator[pa.Table], produce) -> Iterator[
 
 def map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
     """``map``: one output row (a dict) per input row."""
-    return _rows_to_tables(transform, tables, _one_row_each)
+    return _rows_to_tables(transform, tables, _one_row_each, env)
 
 
 def flat_map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
     """``flat_map``: any number of output rows per input row."""
-    return _rows_to_tables(transform, tables, _rows_each)
+    return _rows_to_tables(transform, tables, _rows_each, env)
 
 
 ROW_OPERATIONS = {"map": map_rows, "flat_map": flat_map_rows, "filter": filter_rows}
