@@ -143,8 +143,9 @@ class DatasetMethods:
             if collate_fn is not None:
                 yield collate_fn(batch)
                 continue
-            yield {name: torch.as_tensor(np.require(values, requirements="W"), dtype=dtypes.get(name) if isinstance(dtypes, dict) else dtypes,
-                                         device=device) for name, values in batch.items()}
+            yield {name: torch.as_tensor(np.require(values, requirements="W"),  # arrays from Arrow are read-only
+                                         dtype=dtypes.get(name) if isinstance(dtypes, dict) else dtypes, device=device)
+                   for name, values in batch.items()}
 
 
 def _names(cols, where: str) -> list[str]:
