@@ -273,9 +273,11 @@ def _json_reader(fragment: Fragment):
         yield pajson.read_json(io.BytesIO(data))
 
 
-def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = False,
+def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = True,
               override_num_blocks: int | None = None) -> Dataset:
-    """One row per line, in a ``text`` column."""
+    """One row per line, in a ``text`` column, as Ray Data reads text: lines are cut at ``\n`` only
+    (a ``\r`` before it stays), and lines that are empty or blank are dropped unless
+    ``drop_empty_lines=False``, which keeps them, and the empty line after a final ``\n``."""
     _check_blocks(override_num_blocks, "read_text")
     reader = _text_reader(encoding, drop_empty_lines)
     return Dataset([Read(_file_source(file_datasource("Text", paths, (), reader), paths), override_num_blocks)])
@@ -285,13 +287,15 @@ def _text_reader(encoding: str, drop_empty_lines: bool):
     def reader(fragment: Fragment):
         with _open(fragment.path) as handle:
             if fragment.byte_range is None:
-                data = handle.read()
+                lines = handle.read().decode(encoding).split("\n")
             elif "\n".encode(encoding) == b"\n":
                 data = read_line_range(handle, *fragment.byte_range)
+                lines = data.decode(encoding).split("\n") if data else []
+                if data and handle.tell() < handle.size():
+                    lines.pop()  # the "" after its last \n: only the file's end has one, as a whole read does
             else:
                 raise ValueError(f"encoding={encoding!r} does not end lines with the byte \\n, so the file cannot "
                                  "be read in byte ranges; keep it whole with max_partition_bytes=None")
-        lines = data.decode(encoding).splitlines()
         if drop_empty_lines:
             lines = [line for line in lines if line.strip()]
         for start in builtins.range(0, len(lines), READ_BATCH_ROWS):
@@ -339,6 +343,6 @@ _FRAGMENT_READERS = {  # input format -> (the files) -> reader of one fragment
     "parquet": lambda files: _parquet_reader(files, None),
     "csv": lambda files: _csv_reader(files, None),
     "json": lambda files: _json_reader,
-    "text": lambda files: _text_reader("utf-8", False),
+    "text": lambda files: _text_reader("utf-8", True),  # read_text's defaults, as for whole files
     "binary_files": lambda files: _binary_reader(True),
 }

@@ -152,3 +152,24 @@ def test_byte_ranges_need_a_line_based_input_format(ctx, tmp_path):
     with pytest.raises(ValueError, match=r"input_format='binary_files' cannot read \(.*c.txt \[bytes 0-\d+\) is a "
                                          r"byte range of lines.*max_partition_bytes=None"):
         read_epoch(manifest, "binary_files")
+
+
+@pytest.mark.parametrize("content", ["a\nb\n", "a\n\n\nb", "x" * 3000 + "\n\n" + "y" * 100 + "\n", "one\r\ntwo\r\n\n"])
+@pytest.mark.parametrize("drop", [True, False])
+def test_text_ranges_read_the_lines_ray_reads_from_the_whole_file(ctx, tmp_path, content, drop):
+    """Ray Data's read_text: lines cut at \\n only; with drop_empty_lines=False the "" after a final \\n
+    is a row, once, whichever range holds the file's end."""
+    from airflow_streambatch.engine.plan.datasource import Fragment
+    from airflow_streambatch.engine.read_api import _text_reader
+
+    path = tmp_path / "t.txt"
+    path.write_bytes(content.encode())
+    expected = [ln for ln in content.split("\n") if not drop or ln.strip()]
+    reader = _text_reader("utf-8", drop)
+    for bounds in ([0, len(content)], [0, 1, 2, 3, len(content)], [0, len(content) // 2, len(content)],
+                   [0, 2, 2500, 3001, len(content)] if len(content) > 3001 else [0, len(content)]):
+        rows = [r for a, b in zip(bounds, bounds[1:]) if a < b
+                for t in reader(Fragment(str(path), b - a, byte_range=(a, b))) for r in t["text"].to_pylist()]
+        assert rows == expected, bounds
+    whole = [r for t in reader(Fragment(str(path), len(content))) for r in t["text"].to_pylist()]
+    assert whole == expected

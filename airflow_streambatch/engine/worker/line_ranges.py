@@ -18,8 +18,10 @@ _CHUNK = 1 << 20  # how far a range reads at a time while it looks for a line's 
 def read_line_range(handle, start: int, stop: int) -> bytes:
     """The bytes of every line that starts in ``[start, stop)`` of the open file ``handle``.
 
-    ``handle`` is a seekable file (`pyarrow.NativeFile`). A range inside one long line
-    holds no line start and returns ``b""``; so does a range past the end of the file.
+    ``handle`` is a seekable file (`pyarrow.NativeFile`), left positioned right after the
+    bytes returned (at the file's end exactly when the range holds its last line). A range
+    inside one long line holds no line start and returns ``b""``; so does a range past the
+    end of the file.
     """
     if start >= stop:
         return b""
@@ -36,8 +38,9 @@ def read_line_range(handle, start: int, stop: int) -> bytes:
     data = handle.read(stop - begin)
     if len(data) < stop - begin or data.endswith(b"\n"):
         return data  # the end of the file, or a line ends exactly at ``stop``: the next range starts there
-    rest = _through_newline(handle)
-    return data + (rest or b"")
+    data += _through_newline(handle) or b""
+    handle.seek(begin + len(data))  # it read ahead in chunks while looking for the line's end
+    return data
 
 
 def _through_newline(handle) -> bytes | None:
