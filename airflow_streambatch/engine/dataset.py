@@ -7,13 +7,12 @@ they stream out. Blocks are released as soon as the consumer is done with them.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format, rebatch, to_format
+from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.execution.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
@@ -22,6 +21,7 @@ from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
 from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.split import BatchIteration, DataIterator, SplitCoordinator
 from airflow_streambatch.engine.execution.partitions import WRITE_MODES, WriteResult, prepare_write, warn_if_partial
 from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Read, Repartition
 from airflow_streambatch.engine.plan.planner import plan
@@ -29,28 +29,7 @@ from airflow_streambatch.engine.execution.stats import RunStats
 from airflow_streambatch.engine.plan.logical import ResourceRequest, MapBatches, MapRows, WriteFiles, describe
 
 
-class _Batches:
-    """``iter_batches`` and ``iter_rows`` over whatever ``_iter_tables`` yields."""
-
-    def _iter_tables(self) -> Iterator[pa.Table]:
-        raise NotImplementedError
-
-    def iter_batches(self, *, batch_size: int | None = 256,
-                     batch_format: str | None = DEFAULT_BATCH_FORMAT) -> Iterator:
-        """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format`` (as in Ray Data:
-        ``"default"``/``"numpy"`` a dict of NumPy arrays, ``"pandas"``, ``"pyarrow"``; ``None`` the
-        blocks' own `pyarrow.Table`)."""
-        check_batch_format(batch_format, "iter_batches")
-        check_positive_int(batch_size, "iter_batches: batch_size", allow_none=True)
-        for batch in rebatch(self._iter_tables(), batch_size):
-            yield to_format(batch, batch_format)
-
-    def iter_rows(self) -> Iterator[dict]:
-        for table in self._iter_tables():
-            yield from table.to_pylist()
-
-
-class Dataset(_Batches, DatasetMethods):
+class Dataset(BatchIteration, DatasetMethods):
     """A lazy pipeline of blocks. Build it with ``read_*``/``from_items``/``range``."""
 
     def __init__(self, logical: list, context: DataContext | None = None):
@@ -168,10 +147,12 @@ class Dataset(_Batches, DatasetMethods):
         for executor, ref in self._iter_refs():
             yield executor.read_output(ref)
 
-    def iter_split(self, n: int) -> list[DataIterator]:
-        """``n`` iterators that share one execution; each takes the next block when it is ready."""
+    def iter_split(self, n: int, *, equal: bool = False) -> list[DataIterator]:
+        """``n`` iterators sharing one execution per epoch (Ray Data's ``streaming_split``): blocks go to
+        the consumer with the fewest rows; ``equal=True`` gives each exactly as many rows, dropping
+        fewer than ``n`` at the end. Iterate each from its own thread; iterate again for another epoch."""
         check_positive_int(n, "iter_split(n): n")
-        coordinator = _SplitCoordinator(self, n)
+        coordinator = SplitCoordinator(self, n, equal)
         return [DataIterator(coordinator, i) for i in range(n)]
 
     def take(self, limit: int = 20) -> list[dict]:
@@ -286,34 +267,3 @@ class MaterializedDataset(Dataset):
 
     def num_blocks(self) -> int:
         return len(self._refs)
-
-
-class _SplitCoordinator:
-    """Hands the output blocks of one execution to ``n`` consumers, first come first served."""
-
-    def __init__(self, dataset: Dataset, n: int):
-        self._dataset = dataset
-        self._lock = threading.Lock()
-        self._refs: Iterator | None = None
-
-    def next_table(self) -> pa.Table | None:
-        with self._lock:
-            if self._refs is None:
-                self._refs = self._dataset._iter_tables()
-            try:
-                return next(self._refs)
-            except StopIteration:
-                return None
-
-
-class DataIterator(_Batches):
-    """One shard of ``Dataset.iter_split``: iterate it from its own thread."""
-
-    def __init__(self, coordinator: _SplitCoordinator, index: int):
-        self._coordinator = coordinator
-        self.index = index
-
-    def _iter_tables(self) -> Iterator[pa.Table]:
-        while (table := self._coordinator.next_table()) is not None:
-            yield table
-
