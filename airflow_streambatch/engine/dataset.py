@@ -64,7 +64,7 @@ class Dataset(BatchIteration, DatasetMethods):
         name = f"MapBatches({describe(fn)})"
         check_batch_format(batch_format, name)
         return self._with(MapBatches(
-            name=name, compute=ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency), fn=fn,
+            name=name, compute=ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency, fn), fn=fn,
             batch_size=batch_size, batch_format=batch_format, fn_args=tuple(fn_args), fn_kwargs=fn_kwargs or {},
             fn_constructor_args=tuple(fn_constructor_args), fn_constructor_kwargs=fn_constructor_kwargs or {},
         ))
@@ -72,7 +72,7 @@ class Dataset(BatchIteration, DatasetMethods):
     def _rows(self, kind: str, label: str, fn, num_cpus=None, num_gpus=None, resources=None, concurrency=None,
               fn_args=(), fn_kwargs=None, fn_constructor_args=(), fn_constructor_kwargs=None) -> Dataset:
         name = f"{label}({describe(fn)})"
-        request = ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency)
+        request = ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency, fn)
         return self._with(MapRows(name=name, compute=request, fn=fn, kind=kind, fn_args=tuple(fn_args or ()),
                                   fn_kwargs=fn_kwargs or {}, fn_constructor_args=tuple(fn_constructor_args or ()),
                                   fn_constructor_kwargs=fn_constructor_kwargs or {}))

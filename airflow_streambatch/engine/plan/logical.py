@@ -34,7 +34,8 @@ class ResourceRequest:
     concurrency: int | None = None
 
     @classmethod
-    def make(cls, where: str, num_cpus=None, num_gpus=None, resources=None, concurrency=None) -> ResourceRequest:
+    def make(cls, where: str, num_cpus=None, num_gpus=None, resources=None, concurrency=None,
+             fn=None) -> ResourceRequest:
         for label, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
             if value is not None and (not isinstance(value, (int, float)) or value < 0):
                 raise ValueError(f"{where}: {label} must be a number >= 0, got {value!r}")
@@ -45,15 +46,33 @@ class ResourceRequest:
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"{where}: resources[{key!r}] must be a number >= 0, got {value!r}")
             request[key] = float(value)
-        if isinstance(concurrency, tuple):  # Ray's (min, max) actor pool form: we cap at max
-            concurrency = concurrency[-1]
-        check_positive_int(concurrency, f"{where}: concurrency", allow_none=True)
+        concurrency = _max_concurrency(where, concurrency, fn)
         if sum(request.values()) == 0:
             raise ValueError(f"{where}: a task must request some resource (num_cpus, num_gpus or resources)")
         return cls(tuple(sorted((k, v) for k, v in request.items() if v)), concurrency)
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.resources)
+
+
+def _max_concurrency(where: str, concurrency, fn) -> int | None:
+    """The cap on running tasks, from Ray Data's forms: ``n``, or for a class an actor pool
+    ``(min, max)`` or ``(min, max, initial)``, checked as Ray checks them. Spark starts Python
+    workers itself, so a pool's minimum and initial sizes have no effect here: only its maximum does."""
+    if not isinstance(concurrency, tuple):
+        check_positive_int(concurrency, f"{where}: concurrency", allow_none=True)
+        return concurrency
+    if fn is not None and not inspect.isclass(fn):
+        raise ValueError(f"{where}: concurrency={concurrency!r} is a tuple (an actor pool), but fn is not a callable "
+                         "class; use concurrency=n to cap the number of tasks running at once")
+    if len(concurrency) not in (2, 3):
+        raise ValueError(f"{where}: concurrency must be n, (min, max) or (min, max, initial), got {concurrency!r}")
+    for value in concurrency:
+        check_positive_int(value, f"{where}: each value of concurrency={concurrency!r}")
+    low, high = concurrency[:2]
+    if low > high or (len(concurrency) == 3 and not low <= concurrency[2] <= high):
+        raise ValueError(f"{where}: concurrency={concurrency!r} needs min <= initial <= max")
+    return high
 
 
 @dataclass
