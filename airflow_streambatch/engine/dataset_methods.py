@@ -102,6 +102,11 @@ class DatasetMethods:
             raise ValueError("take_batch: the dataset has no rows")
         return to_format(pa.concat_tables(tables, promote_options="default"), batch_format)
 
+    def show(self, limit: int = 20) -> None:
+        """Print up to ``limit`` rows, one per line."""
+        for row in self.take(limit):
+            print(row)
+
     def columns(self, fetch_if_missing: bool = True) -> list[str] | None:
         schema = self.schema() if fetch_if_missing else None
         return None if schema is None else schema.names
