@@ -9,7 +9,7 @@ Importable without Airflow, from a notebook or a ``spark-submit`` script::
     print(ds.stats())
 """
 
-from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.context import DataContext, ExecutionOptions
 from airflow_streambatch.engine.dataset import DataIterator, Dataset, MaterializedDataset
 from airflow_streambatch.engine.errors import (
     LineageError,
@@ -35,6 +35,7 @@ from airflow_streambatch.engine.read_api import (
 __all__ = [
     "DataContext",
     "DataIterator",
+    "ExecutionOptions",
     "Dataset",
     "LineageError",
     "MaterializedDataset",

@@ -11,7 +11,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
 from airflow_streambatch.engine.errors import check_positive_int
@@ -42,6 +42,23 @@ def _default_block_dir() -> str:
     shm = "/dev/shm"
     base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
     return os.path.join(base, f"streambatch-{os.geteuid()}")
+
+
+@dataclass
+class ExecutionOptions:
+    """Ray Data's ``DataContext.execution_options``, the part that applies here.
+
+    :param preserve_order: output in input order, the same on every run, and ``limit(n)``
+        (``take(n)``) the first ``n`` rows of the input. Off by default, as in Ray Data: a
+        block then waits for every block before it (`execution/ordering.py`).
+    """
+
+    preserve_order: bool = False
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "preserve_order" and not isinstance(value, bool):
+            raise ValueError(f"DataContext.execution_options.preserve_order must be True or False, got {value!r}")
+        super().__setattr__(name, value)
 
 
 @dataclass
@@ -101,6 +118,7 @@ class DataContext:
     :param control_timeout_s: seconds a task keeps trying to reach the driver's control plane
         (to announce a block or ask for memory) or another host's block server, before it
         fails with an error naming the address. Default 60.
+    :param execution_options: Ray Data's `ExecutionOptions` (``preserve_order``).
     """
 
     target_max_block_size: int = 128 * MiB
@@ -121,6 +139,7 @@ class DataContext:
     stall_timeout_s: float = 300.0
     write_lease_timeout_s: float = 0.0
     control_timeout_s: float = 60.0
+    execution_options: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     _global: ClassVar[DataContext | None] = None
 
@@ -157,6 +176,7 @@ class DataContext:
         values.update(changes)
         if values["resources"] is not None:
             values["resources"] = dict(values["resources"])
+        values["execution_options"] = replace(values["execution_options"])
         return DataContext(**values)
 
 
@@ -185,6 +205,8 @@ def _validate(name: str, value) -> None:
     elif name == "scheduling_policy":
         if value not in POLICIES:
             raise ValueError(f"DataContext.scheduling_policy must be one of {POLICIES}, got {value!r}")
+    elif name == "execution_options" and not isinstance(value, ExecutionOptions):
+        raise ValueError(f"DataContext.execution_options must be an ExecutionOptions, got {value!r}")
     elif name == "resources" and value is not None:
         if not isinstance(value, dict):
             raise ValueError(f"DataContext.resources must be a dict such as {{'CPU': 4, 'GPU': 1}}, got {value!r}")

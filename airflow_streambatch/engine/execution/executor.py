@@ -114,6 +114,8 @@ class StreamingExecutor:
         self.launcher = Launcher(self.ctx, self.operators, self.backend, pool, self.memory, policy, self.grants,
                                  self.run_dir, self.run_id, self.stats.launch_log, self.blocks,
                                  host_agents=not self.spark.sparkContext.master.startswith("local"))
+        self.flow.running_orders = lambda index: [spec.order for launch in self.launcher.launches.values()
+                                                  if launch.op.index == index for spec in launch.specs]
         self.completions = Completions(self.ctx, self.flow, self.partitions, self.lineage, self.launcher, self.grants)
         self.liveness = Liveness(self.ctx, streams, self.backend, policy)
         create_run_dir(self.ctx.block_dir, self.run_id)
@@ -200,6 +202,7 @@ class StreamingExecutor:
             self.liveness.enforce_timeouts(self.launcher.launches)
             self.liveness.check_stalled(self.operators, self.memory, self.heartbeat)
             if all(op.done for op in self.operators):
+                self.flow.release_in_order()  # preserve_order: nothing is pending, every held block goes
                 return
             now = time.monotonic()
             if now - last_tick >= self.ctx.budget_update_interval_s:

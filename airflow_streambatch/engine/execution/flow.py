@@ -4,15 +4,18 @@ A produced block is accounted in the ledger (it counts against memory), then han
 to the next operator (`Operator.accept`) or, after the last, to the consumer's
 queue. A block of a failed partition, or produced upstream of a satisfied limit, is
 released at once. The driver holds `BlockRef`s only; a block's file is deleted once
-the task that consumed it has finished.
+the task that consumed it has finished. With ``preserve_order``, blocks bound for the
+consumer or a limit pass through an `OrderGate` first (`ordering.py`).
 """
 
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable
 
 from airflow_streambatch.engine.execution.memory import BlockLedger
-from airflow_streambatch.engine.execution.operators import Operator
+from airflow_streambatch.engine.execution.operators import LimitOperator, Operator, RepartitionOperator
+from airflow_streambatch.engine.execution.ordering import Order, OrderGate, min_order
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
 from airflow_streambatch.engine.worker.blocks import BlockRef
 
@@ -24,6 +27,11 @@ class BlockFlow:
         self.ledger = ledger
         self.partitions = partitions
         self.outputs = outputs
+        self.gates: dict[int, OrderGate] = {}
+        if operators and operators[0].ctx.execution_options.preserve_order:
+            ends = [op.index for op in operators if isinstance(op, LimitOperator)] + [len(operators)]
+            self.gates = {index: OrderGate(index) for index in ends}
+        self.running_orders: Callable[[int], list[Order]] = lambda index: []  # set by the executor
 
     def emit(self, op: Operator, ref: BlockRef, owned: bool = True) -> None:
         """A block produced by ``op`` (``owned=False``: it belongs to someone else, never deleted)."""
@@ -35,6 +43,13 @@ class BlockFlow:
             self.deliver(op.index + 1, ref)
 
     def deliver(self, index: int, ref: BlockRef) -> None:
+        gate = self.gates.get(index)
+        if gate is not None:
+            gate.add(ref)
+        else:
+            self._deliver_now(index, ref)
+
+    def _deliver_now(self, index: int, ref: BlockRef) -> None:
         if index == len(self.operators):
             self.outputs.put(ref)
         else:
@@ -63,6 +78,24 @@ class BlockFlow:
         for op in self.operators:
             for ref in op.drop_partition(partition):
                 self.release(ref)
+        for gate in self.gates.values():
+            for ref in gate.drop(partition):
+                self.release(ref)
+
+    def release_in_order(self) -> None:
+        """Pass on the gated blocks whose turn has come, nearest the source first (a limit's
+        blocks may then reach the consumer's gate in the same call)."""
+        for index in sorted(self.gates):
+            self.gates[index].release(self._frontier(index), self._deliver_now)
+
+    def _frontier(self, index: int) -> Order | None:
+        """The smallest place of any work still pending upstream of position ``index`` (from the
+        last repartition on: it restarts the places)."""
+        start = max((op.index for op in self.operators[:index] if isinstance(op, RepartitionOperator)), default=0)
+        pending = [op.min_pending_order() for op in self.operators[start:index]]
+        running = [place for op in self.operators[start:index] for place in self.running_orders(op.index)]
+        held = [gate.held() for i, gate in self.gates.items() if start < i < index]
+        return min_order(pending, running, held)
 
     def propagate_done(self) -> None:
         for upstream, op in zip(self.operators, self.operators[1:]):
@@ -75,3 +108,4 @@ class BlockFlow:
         for op in self.operators:
             op.advance(self)
         self.propagate_done()
+        self.release_in_order()

@@ -82,7 +82,8 @@ class StreamWatcher:
         output, then delete it): an error naming the task, and the path is never touched.
         """
         try:
-            fields = dict(fields, producer=tuple(fields["producer"]), partitions=tuple(fields["partitions"]))
+            fields = dict(fields, producer=tuple(fields["producer"]), partitions=tuple(fields["partitions"]),
+                          order=tuple(fields.get("order", ())))
             ref = BlockRef(**fields)
             if not isinstance(ref.location, str):
                 raise TypeError("location")

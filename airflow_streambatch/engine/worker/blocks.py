@@ -39,6 +39,9 @@ class BlockRef:
         Slices let `limit` and `repartition` cut blocks without touching data.
     :param location: the block server of the host that holds the file (its host agent,
         `host_agent.py`); ``""`` where every reader sees the file at ``path`` (local mode).
+    :param order: the block's place in input order: its task's ``order`` and its index in the
+        task's output (a read task's order is its input partition). Blocks compare as tuples,
+        so with ``preserve_order`` the consumer receives them sorted (`execution/ordering.py`).
     """
 
     block_id: str
@@ -50,6 +53,7 @@ class BlockRef:
     offset: int = 0
     length: int | None = None
     location: str = ""
+    order: tuple[int, ...] = ()
 
     def slice(self, offset: int, length: int) -> BlockRef:
         """A view of ``length`` rows starting at ``offset`` of this view."""

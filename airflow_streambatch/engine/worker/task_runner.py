@@ -69,6 +69,7 @@ class TaskSpec:
     granted: int = NO_GRANT_LIMIT
     skip_blocks: int = 0
     alone: bool = False  # shared a Spark job that failed: runs in a job of its own, to find the task at fault
+    order: tuple[int, ...] = ()  # the place of its output in input order (`BlockRef.order`)
 
     def for_replay(self) -> TaskSpec:
         """This task as lineage replays it: synchronously, writing every block, unwatched."""
@@ -149,6 +150,7 @@ class TaskOutput:
             producer=(op.name, spec.task_key, index),
             partitions=spec.partitions,
             location=op.location,
+            order=(*spec.order, index),
         )
         self.blocks.append(ref)
         if index < spec.skip_blocks:

@@ -13,6 +13,7 @@ from collections import deque
 
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.execution.estimates import Estimates
+from airflow_streambatch.engine.execution.ordering import Order, min_order
 from airflow_streambatch.engine.execution.resources import TASK_SLOTS, ResourcePool
 from airflow_streambatch.engine.execution.stats import OpStats
 from airflow_streambatch.engine.plan.planner import PhysicalOp
@@ -74,6 +75,10 @@ class Operator:
         """Upstream of a satisfied limit: drop queued work."""
         while self.inputs:
             flow.release(self.inputs.popleft())
+
+    def min_pending_order(self) -> Order | None:
+        """The smallest place in input order of the work queued here (`ordering.py`); None: none."""
+        return min_order([ref.order for ref in self.inputs], [spec.order for spec in self.retry_specs])
 
     def drop_partition(self, partition: int) -> list[BlockRef]:
         """A failed partition: remove its queued work; returns the blocks to release."""

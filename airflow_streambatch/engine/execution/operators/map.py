@@ -3,13 +3,16 @@
 The bundling rule: consecutive input blocks are coalesced into a task until they
 reach ``target_min_block_size`` (and the first transform's ``batch_size`` in rows),
 never past ``target_max_block_size``, and never across input partitions when the
-run commits or isolates failures per partition.
+run commits or isolates failures per partition. With ``preserve_order`` the queue is
+taken in input order, and a task bundles only blocks that follow each other in the
+output of one upstream task (no block of another task can fall between them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections import deque
 
 from airflow_streambatch.engine.execution.operators.base import Operator
 from airflow_streambatch.engine.plan.logical import MapBatches
@@ -22,10 +25,12 @@ def task_key(inputs: list[BlockRef]) -> str:
     return hashlib.sha1(",".join(ref.block_id for ref in inputs).encode()).hexdigest()[:16]
 
 
-def block_task(inputs: list[BlockRef]) -> TaskSpec:
-    """The task that runs over ``inputs``, descending from their input partitions."""
+def block_task(inputs: list[BlockRef], order: tuple[int, ...] | None = None) -> TaskSpec:
+    """The task that runs over ``inputs``, descending from their input partitions; its output
+    takes the place in input order of its first input, unless ``order`` says otherwise."""
     partitions = tuple(sorted({p for ref in inputs for p in ref.partitions}))
-    return TaskSpec(task_key=task_key(inputs), partitions=partitions, inputs=inputs)
+    order = order if order is not None else (inputs[0].order if inputs else ())
+    return TaskSpec(task_key=task_key(inputs), partitions=partitions, inputs=inputs, order=order)
 
 
 class MapOperator(Operator):
@@ -36,6 +41,7 @@ class MapOperator(Operator):
         self.mix_partitions = False
         first = self.physical.transforms[0] if self.physical.transforms else None
         self.min_rows = first.batch_size if isinstance(first, MapBatches) and first.batch_size else 0
+        self.ordered = self.ctx.execution_options.preserve_order
 
     def _has_new_work(self) -> bool:
         return bool(self.inputs) and (self.upstream_done or self._bundle_ready())
@@ -57,11 +63,15 @@ class MapOperator(Operator):
 
     def _peek_bundle(self) -> list[BlockRef]:
         cap = self._blocks_per_task_cap()
+        if self.ordered:
+            self.inputs = deque(sorted(self.inputs, key=lambda ref: ref.order))
         bundle, size, rows = [], 0, 0
         for ref in self.inputs:
             too_big = size + ref.size_bytes > self.ctx.target_max_block_size
             if bundle and (too_big or (not self.mix_partitions and ref.partitions != bundle[0].partitions)):
                 break  # full, or another input partition where partitions must stay apart
+            if bundle and self.ordered and not _next_of(bundle[-1], ref):
+                break  # another task's block could come between them
             if bundle and rows >= self.min_rows and len(bundle) >= cap:
                 break
             bundle.append(ref)
@@ -79,3 +89,9 @@ class MapOperator(Operator):
         rows = sum(r.num_rows for r in bundle)
         big_enough = size >= self.ctx.target_min_block_size or len(bundle) >= self._blocks_per_task_cap()
         return (big_enough and rows >= self.min_rows) or len(bundle) < len(self.inputs)
+
+
+def _next_of(previous: BlockRef, ref: BlockRef) -> bool:
+    """Whether ``ref`` is the block right after ``previous`` in one task's output."""
+    return (len(ref.order) == len(previous.order) > 0 and ref.order[:-1] == previous.order[:-1]
+            and ref.order[-1] == previous.order[-1] + 1)

@@ -11,6 +11,7 @@ from collections import deque
 
 from airflow_streambatch.engine.execution.commit import check_resumable
 from airflow_streambatch.engine.execution.operators.base import Operator
+from airflow_streambatch.engine.execution.ordering import min_order
 from airflow_streambatch.engine.worker.task_runner import TaskSpec
 
 
@@ -46,12 +47,16 @@ class ReadOperator(Operator):
 
     def _new_task(self) -> TaskSpec:
         index, read_task = self.pending_reads.popleft()
-        return TaskSpec(task_key=f"p{index:05d}", partitions=(index,), read_task=read_task)
+        return TaskSpec(task_key=f"p{index:05d}", partitions=(index,), read_task=read_task, order=(index,))
 
     def next_task_output_estimate(self, pessimistic: bool = False) -> float:
         if self.probing:
             return float(self.pending_reads[0][1].estimated_bytes if self.pending_reads else 0)
         return self.estimates.output_for_input(0, pessimistic)
+
+    def min_pending_order(self):
+        first = [(self.pending_reads[0][0],)] if self.pending_reads else []
+        return min_order(first, [spec.order for spec in self.retry_specs])
 
     def clear_pending(self, flow) -> None:
         self.pending_reads.clear()

@@ -3,7 +3,8 @@
 Once all its input is in, the input is cut into ``num_blocks`` row ranges. The
 ranges are slices of the input blocks (no data moves in the driver); each becomes
 one task that writes one block. The input blocks are released when the last of
-those tasks is done, since ranges share them.
+those tasks is done, since ranges share them. With ``preserve_order`` the input is
+cut in input order, and output block ``j`` takes place ``(j,)``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from airflow_streambatch.engine.execution.operators.base import Operator
+from airflow_streambatch.engine.execution.ordering import Order, min_order
 from airflow_streambatch.engine.execution.operators.map import block_task
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.worker.task_runner import TaskSpec
@@ -21,7 +23,7 @@ NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
 class RepartitionOperator(Operator):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.groups: deque[list[BlockRef]] = deque()  # slice groups, one per task
+        self.groups: deque[tuple[int, list[BlockRef]]] = deque()  # (output index, slices), one task each
         self.barrier_blocks: list[BlockRef] = []  # inputs held until all groups ran
 
     @property
@@ -38,10 +40,17 @@ class RepartitionOperator(Operator):
         return bool(self.barrier_blocks)
 
     def _new_task_input_bytes(self) -> int:
-        return sum(ref.size_bytes for ref in self.groups[0]) if self.groups else 0
+        return sum(ref.size_bytes for ref in self.groups[0][1]) if self.groups else 0
 
     def _new_task(self) -> TaskSpec:
-        return block_task(self.groups.popleft())
+        index, slices = self.groups.popleft()
+        return block_task(slices, order=(index,))
+
+    def min_pending_order(self) -> Order | None:
+        """Its output blocks are ``(j,)``: all of them are still to come until the barrier is cut."""
+        if not self.upstream_done or self.inputs:
+            return (0,)
+        return min_order([(j,) for j, _ in self.groups], [spec.order for spec in self.retry_specs])
 
     def clear_pending(self, flow) -> None:
         self.groups.clear()
@@ -50,11 +59,13 @@ class RepartitionOperator(Operator):
     def advance(self, flow) -> None:
         if self.upstream_done and self.inputs and not self.barrier_blocks:
             self.barrier_blocks = list(self.inputs)
+            if self.ctx.execution_options.preserve_order:
+                self.barrier_blocks.sort(key=lambda ref: ref.order)
             self.inputs.clear()
             total = sum(ref.num_rows for ref in self.barrier_blocks)
             n = self.physical.num_blocks
             bounds = [round(i * total / n) for i in range(n + 1)]
-            self.groups.extend(g for g in _slice_rows(self.barrier_blocks, bounds) if g)
+            self.groups.extend((j, g) for j, g in enumerate(_slice_rows(self.barrier_blocks, bounds)) if g)
         if self.barrier_blocks and not self.groups and self.running_tasks == 0:
             for ref in self.barrier_blocks:
                 flow.release(ref)
