@@ -34,6 +34,9 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine", 5),  # engine/__init__.py
     (f"{PACKAGE}.engine.dataset", 5),
     (f"{PACKAGE}.engine.read_api", 5),
+    (f"{PACKAGE}.engine.read_options", 5),
+    (f"{PACKAGE}.engine.read_formats", 5),
+    (f"{PACKAGE}.engine.datasource", 5),
     (f"{PACKAGE}.engine.in_memory", 5),
     (f"{PACKAGE}.engine.dataset_methods", 5),
     (f"{PACKAGE}.engine.split", 5),

@@ -14,6 +14,17 @@ def resolve(path: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
+def resolve_in(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
+    """`resolve`, or with ``filesystem`` (Ray Data's ``filesystem=``) the path within it: a URI's
+    scheme is dropped (``s3://bucket/key`` is ``bucket/key``), as Ray does."""
+    if filesystem is None:
+        return resolve(path)
+    if "://" in path:
+        parts = urlsplit(path)
+        path = parts.path if parts.scheme == "file" else parts.netloc + parts.path
+    return filesystem, path
+
+
 def _key(path: str) -> tuple[str, tuple[str, ...]]:
     """A path's filesystem and its components, so that one spelling of a place compares equal to another.
 

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import io
-import json
 import re
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.dataset import Dataset
@@ -33,6 +30,14 @@ from airflow_streambatch.engine.plan.datasource import (
 from airflow_streambatch.engine.plan.logical import Read
 from airflow_streambatch.engine.worker.line_ranges import first_line, read_line_range
 from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.read_formats import (
+    cast_null_columns,
+    check_csv_args,
+    csv_compatible,
+    csv_range_args,
+    json_table,
+)
+from airflow_streambatch.engine.read_options import HIVE, TEXT_DEFAULTS, FileOptions, file_options
 
 
 def _check_blocks(override_num_blocks, where: str) -> None:
@@ -42,6 +47,11 @@ def _check_blocks(override_num_blocks, where: str) -> None:
 def _file_source(source: Datasource, paths) -> Datasource:
     """The source, remembering its input paths: a write must not land inside them (`check_disjoint`)."""
     return dataclasses.replace(source, paths=(paths,) if isinstance(paths, str) else tuple(paths))
+
+
+def _files(name: str, paths, reader, opts: FileOptions, override_num_blocks) -> Dataset:
+    source = file_datasource(name, paths, (), reader, listing=opts.listing())
+    return Dataset([Read(_file_source(source, paths), override_num_blocks)])
 
 
 def _open(path: str):
@@ -59,19 +69,25 @@ def _schema_drift(expected: pa.Schema, found: pa.Schema) -> str:
     return ", ".join(parts)
 
 
-def read_parquet(paths, *, columns: list[str] | None = None, override_num_blocks: int | None = None) -> Dataset:
+def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, partitioning=HIVE,
+                 include_paths: bool = False, file_extensions: list[str] | None = None,
+                 override_num_blocks: int | None = None) -> Dataset:
     """Parquet files (a file, a directory, or a list); split by row groups when files are few.
 
     Every file must have the schema of the first one (checked as it is read): a file
     whose columns or types drifted fails its partition with an error naming both files.
+    Hive ``key=value`` directories add string columns by default, as in Ray (a column
+    the file has keeps the file's values); ``file_extensions`` filters every file.
     """
     _check_blocks(override_num_blocks, "read_parquet")
+    opts = file_options("read_parquet", filesystem=filesystem, partitioning=partitioning,
+                        include_paths=include_paths, file_extensions=file_extensions)
     suffixes = (".parquet", ".parq")
 
     def plan(slots: int, override: int | None, target_bytes: int):
-        listed = [path for path, _ in expand_paths(paths, suffixes)]
-        return file_datasource("Parquet", listed, suffixes, _parquet_reader(listed, columns),
-                               _parquet_row_groups).plan(slots, override, target_bytes)
+        listed = [path for path, _ in expand_paths(paths, suffixes, **opts.listing())]
+        return file_datasource("Parquet", listed, suffixes, _parquet_reader(listed, columns, opts),
+                               _row_groups_in(opts), listing=opts.listing()).plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource("Parquet", plan), paths), override_num_blocks)])
 
@@ -83,7 +99,9 @@ def read_fragments(fragments: list[Fragment], input_format: str = "parquet") -> 
     split a large file into Parquet row-group ranges or line-aligned byte ranges:
     partition ``i`` reads ``fragments[i]`` on every try, so its commit record stays
     valid. Schemas are checked against the first readable file, as the ``read_*``
-    functions do. Row groups need ``parquet``; byte ranges need a line-based format.
+    functions do, and each format's ``read_*`` defaults apply (Hive partition columns
+    for Parquet, CSV and JSON; compression from the file name). Row groups need
+    ``parquet``; byte ranges need a line-based format and an uncompressed file.
     """
     fragments = list(fragments)
     if not fragments or not all(isinstance(f, Fragment) for f in fragments):
@@ -108,13 +126,14 @@ def read_fragments(fragments: list[Fragment], input_format: str = "parquet") -> 
     return Dataset([Read(_file_source(Datasource(name, plan), files), None)])
 
 
-def _parquet_reader(files: list[str], columns: list[str] | None):
+def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptions):
     """Reads one fragment's row groups (all when None); a file whose schema differs from the first
     readable file's fails its own partition, naming both files."""
-    reference, expected = _first_readable(files, lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet")
+    reference, expected = _first_readable(files, lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet",
+                                          opts.open_file)
 
     def reader(fragment: Fragment):
-        with _open(fragment.path) as handle:
+        with opts.open_file(fragment.path) as handle:
             pf = pq.ParquetFile(handle)
             if not pf.schema_arrow.equals(expected):
                 raise ValueError(f"schema drift: {_schema_drift(expected, pf.schema_arrow)} "
@@ -123,33 +142,40 @@ def _parquet_reader(files: list[str], columns: list[str] | None):
             if groups and groups[-1] >= pf.metadata.num_row_groups:
                 raise ValueError(f"row group {groups[-1]} asked for, but the file has only "
                                  f"{pf.metadata.num_row_groups} (it was rewritten after it was partitioned)")
-            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=columns):
-                yield pa.Table.from_batches([batch])
+            stored = None if columns is None else [c for c in columns if c in expected.names]
+            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=stored):
+                table = opts.finish(pa.Table.from_batches([batch]), fragment.path, keep_file_columns=True)
+                if columns is not None:  # partition columns too are kept only when named, in the order named
+                    table = table.select([c for c in dict.fromkeys([*columns, "path"]) if c in table.column_names])
+                yield table
 
     return reader
 
 
-def _first_readable(files: list[str], schema_of, kind: str) -> tuple[str, pa.Schema]:
+def _first_readable(files: list[str], schema_of, kind: str, opener=_open) -> tuple[str, pa.Schema]:
     """The first readable file and its schema; unreadable ones fail in their own read task."""
     problems = []
     for path in files:
         try:
-            with _open(path) as handle:
+            with opener(path) as handle:
                 return path, schema_of(handle)
         except (OSError, pa.ArrowException) as exc:
             problems.append(f"{path}: {exc}")
     raise OSError(f"no readable {kind} file among the inputs:\n" + "\n".join(problems))
 
 
-def _parquet_row_groups(path: str, size: int) -> list[Fragment]:
-    try:
-        with _open(path) as handle:
-            meta = pq.ParquetFile(handle).metadata
-    except (OSError, pa.ArrowException):
-        return [Fragment(path, size)]  # unreadable: its read task fails and names it
-    if meta.num_row_groups <= 1:
-        return [Fragment(path, size)]
-    return [Fragment(path, meta.row_group(i).total_byte_size, (i,)) for i in builtins.range(meta.num_row_groups)]
+def _row_groups_in(opts: FileOptions):
+    def split(path: str, size: int) -> list[Fragment]:
+        try:
+            with opts.open_file(path) as handle:
+                meta = pq.ParquetFile(handle).metadata
+        except (OSError, pa.ArrowException):
+            return [Fragment(path, size)]  # unreadable: its read task fails and names it
+        if meta.num_row_groups <= 1:
+            return [Fragment(path, size)]
+        return [Fragment(path, meta.row_group(i).total_byte_size, (i,)) for i in builtins.range(meta.num_row_groups)]
+
+    return split
 
 
 def parquet_row_group_ranges(path: str, max_bytes: int) -> list[tuple[int, int, int]] | None:
@@ -178,54 +204,64 @@ def parquet_row_group_ranges(path: str, max_bytes: int) -> list[tuple[int, int, 
     return ranges if len(ranges) > 1 else None
 
 
-def read_csv(paths, *, convert_options: pacsv.ConvertOptions | None = None,
-             override_num_blocks: int | None = None) -> Dataset:
+def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = None, partitioning=HIVE,
+             include_paths: bool = False, ignore_missing_paths: bool = False,
+             file_extensions: list[str] | None = None, override_num_blocks: int | None = None,
+             parse_options: pacsv.ParseOptions | None = None, read_options: pacsv.ReadOptions | None = None,
+             convert_options: pacsv.ConvertOptions | None = None) -> Dataset:
     """CSV files with a header row; types are inferred by Arrow, or set with ``convert_options``.
 
-    Each file's types are inferred on their own, so every file must come out with the
-    types of the first one: a column whose type differs (ints in one file, text in
-    another) fails that file's partition with an error naming both files, the column
-    and both types. A column that is empty in a file (type null) takes the first
-    file's type.
+    ``parse_options``, ``read_options`` and ``convert_options`` are pyarrow's, as Ray's
+    ``**arrow_csv_args`` pass them. Each file's types are inferred on their own, so
+    every file must come out with the types of the first one: a column whose type
+    differs (ints in one file, text in another) fails that file's partition with an
+    error naming both files, the column and both types. A column that is empty in a
+    file (type null) takes the first file's type.
     """
     _check_blocks(override_num_blocks, "read_csv")
+    opts = file_options("read_csv", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
+                        ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
+                        arrow_open_stream_args=arrow_open_stream_args)
+    csv_args = check_csv_args(parse_options, read_options, convert_options)
 
     def plan(slots: int, override: int | None, target_bytes: int):
-        files = [path for path, _ in expand_paths(paths)]
-        source = file_datasource("CSV", files, (), _csv_reader(files, convert_options))
+        files = [path for path, _ in expand_paths(paths, **opts.listing())]
+        source = file_datasource("CSV", files, (), _csv_reader(files, csv_args, opts), listing=opts.listing())
         return source.plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource("CSV", plan), paths), override_num_blocks)])
 
 
-def _csv_reader(files: list[str], convert_options: pacsv.ConvertOptions | None):
+def _csv_reader(files: list[str], csv_args: dict, opts: FileOptions):
     """Reads one fragment of CSV; a byte range is parsed under its file's header line, with the
     first file's column types so that every range of a file types its columns alike."""
-    reference, expected = _first_readable(files, lambda handle: _open_csv(handle, convert_options).schema, "CSV")
-    range_options = convert_options or pacsv.ConvertOptions(
-        column_types={f.name: f.type for f in expected if not pa.types.is_null(f.type)})
+    reference, expected = _first_readable(files, lambda handle: pacsv.open_csv(handle, **csv_args).schema, "CSV",
+                                          opts.open_stream)
+    range_args = csv_range_args(csv_args, expected)
 
     def reader(fragment: Fragment):
-        with _open(fragment.path) as handle:
-            if fragment.byte_range is None:
-                stream = _open_csv(handle, convert_options)
-            else:
+        args = csv_args
+        if fragment.byte_range is None:
+            handle = opts.open_stream(fragment.path)
+        else:
+            opts.check_splittable(fragment.path)
+            if range_args["header"] is None:
+                raise ValueError("read_options skips rows at the file's start, so it cannot be read in byte ranges")
+            with opts.open_file(fragment.path) as handle:
                 lines = read_line_range(handle, *fragment.byte_range)
-                header = first_line(handle) if fragment.byte_range[0] > 0 else b""
-                stream = _open_csv(pa.BufferReader(header + lines), range_options)
+                header = first_line(handle) if fragment.byte_range[0] > 0 and range_args["header"] else b""
+            handle, args = pa.BufferReader(header + lines), range_args["args"]
+        with handle:
+            stream = pacsv.open_csv(handle, **args)
             found = stream.schema
-            if not _csv_compatible(expected, found):
+            if not csv_compatible(expected, found):
                 raise ValueError(f"CSV column types differ from the first file's: {_schema_drift(expected, found)}"
                                  f" (compared with {reference}); make the files agree or set the column types "
                                  "with read_csv(..., convert_options=pyarrow.csv.ConvertOptions(column_types=...))")
             for batch in _csv_batches(stream):
-                yield _cast_null_columns(pa.Table.from_batches([batch]), expected)
+                yield opts.finish(cast_null_columns(pa.Table.from_batches([batch]), expected), fragment.path)
 
     return reader
-
-
-def _open_csv(handle, convert_options):
-    return pacsv.open_csv(handle, convert_options=convert_options)
 
 
 def _csv_batches(stream):
@@ -246,79 +282,92 @@ def _csv_batches(stream):
         yield batch
 
 
-def _csv_compatible(expected: pa.Schema, found: pa.Schema) -> bool:
-    if found.names != expected.names:
-        return False
-    return all(f.type == e.type or pa.types.is_null(f.type) for f, e in zip(found, expected))
-
-
-def _cast_null_columns(table: pa.Table, expected: pa.Schema) -> pa.Table:
-    if table.schema.equals(expected):
-        return table
-    return table.cast(expected)  # only null columns differ (checked above); null casts to any type
-
-
-def read_json(paths, *, override_num_blocks: int | None = None) -> Dataset:
-    """JSON Lines files (one object per line), or files holding one JSON array of objects."""
+def read_json(paths, *, lines: bool = False, filesystem=None, arrow_open_stream_args: dict | None = None,
+              partitioning=HIVE, include_paths: bool = False, ignore_missing_paths: bool = False,
+              file_extensions: list[str] | None = None, override_num_blocks: int | None = None) -> Dataset:
+    """JSON files: by default (``lines=False``) a file of JSON Lines (one object per line), a JSON
+    array of objects, or one object (one row), as Ray reads them; ``lines=True``: every
+    line is one object (a row), and a file that is not JSON Lines fails naming it."""
     _check_blocks(override_num_blocks, "read_json")
-    return Dataset([Read(_file_source(file_datasource("JSON", paths, (), _json_reader), paths), override_num_blocks)])
+    if not isinstance(lines, bool):
+        raise TypeError(f"read_json: lines must be True or False, got {lines!r}")
+    opts = file_options("read_json", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
+                        ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
+                        arrow_open_stream_args=arrow_open_stream_args)
+    return _files("JSON", paths, _json_reader(lines, opts), opts, override_num_blocks)
 
 
-def _json_reader(fragment: Fragment):
-    with _open(fragment.path) as handle:
-        data = handle.read() if fragment.byte_range is None else read_line_range(handle, *fragment.byte_range)
-    if fragment.byte_range is None and data.lstrip()[:1] == b"[":
-        yield pa.Table.from_pylist(json.loads(data))
-    elif data.strip():  # a range inside one long line holds no line of its own
-        yield pajson.read_json(io.BytesIO(data))
+def _json_reader(lines: bool, opts: FileOptions):
+    def reader(fragment: Fragment):
+        if fragment.byte_range is None:
+            with opts.open_stream(fragment.path) as handle:
+                data = handle.read()
+        else:
+            opts.check_splittable(fragment.path)
+            with opts.open_file(fragment.path) as handle:
+                data = read_line_range(handle, *fragment.byte_range)
+        if data.strip():  # a range inside one long line holds no line of its own
+            yield opts.finish(json_table(data, lines, whole=fragment.byte_range is None), fragment.path)
+
+    return reader
 
 
-def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = True,
+def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = True, filesystem=None,
+              arrow_open_stream_args: dict | None = None, partitioning=None, include_paths: bool = False,
+              ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
               override_num_blocks: int | None = None) -> Dataset:
     """One row per line, in a ``text`` column, as Ray Data reads text: lines are cut at ``\n`` only
     (a ``\r`` before it stays), and lines that are empty or blank are dropped unless
     ``drop_empty_lines=False``, which keeps them, and the empty line after a final ``\n``."""
     _check_blocks(override_num_blocks, "read_text")
-    reader = _text_reader(encoding, drop_empty_lines)
-    return Dataset([Read(_file_source(file_datasource("Text", paths, (), reader), paths), override_num_blocks)])
+    opts = file_options("read_text", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
+                        ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
+                        arrow_open_stream_args=arrow_open_stream_args)
+    return _files("Text", paths, _text_reader(encoding, drop_empty_lines, opts), opts, override_num_blocks)
 
 
-def _text_reader(encoding: str, drop_empty_lines: bool):
+def _text_reader(encoding: str, drop_empty_lines: bool, opts: FileOptions = TEXT_DEFAULTS):
     def reader(fragment: Fragment):
-        with _open(fragment.path) as handle:
-            if fragment.byte_range is None:
+        if fragment.byte_range is None:
+            with opts.open_stream(fragment.path) as handle:
                 lines = handle.read().decode(encoding).split("\n")
-            elif "\n".encode(encoding) == b"\n":
+        elif "\n".encode(encoding) == b"\n":
+            opts.check_splittable(fragment.path)
+            with opts.open_file(fragment.path) as handle:
                 data = read_line_range(handle, *fragment.byte_range)
                 lines = data.decode(encoding).split("\n") if data else []
                 if data and handle.tell() < handle.size():
                     lines.pop()  # the "" after its last \n: only the file's end has one, as a whole read does
-            else:
-                raise ValueError(f"encoding={encoding!r} does not end lines with the byte \\n, so the file cannot "
-                                 "be read in byte ranges; keep it whole with max_partition_bytes=None")
+        else:
+            raise ValueError(f"encoding={encoding!r} does not end lines with the byte \\n, so the file cannot "
+                             "be read in byte ranges; keep it whole with max_partition_bytes=None")
         if drop_empty_lines:
             lines = [line for line in lines if line.strip()]
         for start in builtins.range(0, len(lines), READ_BATCH_ROWS):
-            yield pa.table({"text": pa.array(lines[start:start + READ_BATCH_ROWS], pa.string())})
+            table = pa.table({"text": pa.array(lines[start:start + READ_BATCH_ROWS], pa.string())})
+            yield opts.finish(table, fragment.path)
 
     return reader
 
 
-def read_binary_files(paths, *, include_paths: bool = True, override_num_blocks: int | None = None) -> Dataset:
-    """One row per file: its ``bytes`` and, by default, its ``path``."""
+def read_binary_files(paths, *, include_paths: bool = True, filesystem=None,
+                      arrow_open_stream_args: dict | None = None, partitioning=None,
+                      ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
+                      override_num_blocks: int | None = None) -> Dataset:
+    """One row per file: its ``bytes`` (decompressed when its name ends in a codec's suffix, as
+    Ray opens every file) and, by default here (Ray's default is False), its ``path``."""
     _check_blocks(override_num_blocks, "read_binary_files")
-    source = file_datasource("BinaryFiles", paths, (), _binary_reader(include_paths))
-    return Dataset([Read(_file_source(source, paths), override_num_blocks)])
+    opts = file_options("read_binary_files", filesystem=filesystem, partitioning=partitioning,
+                        include_paths=include_paths, ignore_missing_paths=ignore_missing_paths,
+                        file_extensions=file_extensions, arrow_open_stream_args=arrow_open_stream_args)
+    return _files("BinaryFiles", paths, _binary_reader(opts), opts, override_num_blocks)
 
 
-def _binary_reader(include_paths: bool):
+def _binary_reader(opts: FileOptions):
     def reader(fragment: Fragment):
-        with _open(fragment.path) as handle:
+        with opts.open_stream(fragment.path) as handle:
             data = handle.read()
-        columns = {"bytes": pa.array([data], pa.binary())}
-        if include_paths:
-            columns = {"path": pa.array([fragment.path]), **columns}
-        yield pa.table(columns)
+        yield opts.finish(pa.table({"bytes": pa.array([data], pa.binary())}), fragment.path)
 
     return reader
 
@@ -339,10 +388,10 @@ def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa
 
 
 LINE_FORMATS = frozenset({"csv", "json", "text"})  # formats whose partitions may be byte ranges of lines
-_FRAGMENT_READERS = {  # input format -> (the files) -> reader of one fragment
-    "parquet": lambda files: _parquet_reader(files, None),
-    "csv": lambda files: _csv_reader(files, None),
-    "json": lambda files: _json_reader,
-    "text": lambda files: _text_reader("utf-8", True),  # read_text's defaults, as for whole files
-    "binary_files": lambda files: _binary_reader(True),
+_FRAGMENT_READERS = {  # input format -> (the files) -> reader of one fragment, with its read_* defaults
+    "parquet": lambda files: _parquet_reader(files, None, file_options("read_parquet", partitioning=HIVE)),
+    "csv": lambda files: _csv_reader(files, {}, file_options("read_csv", partitioning=HIVE)),
+    "json": lambda files: _json_reader(False, file_options("read_json", partitioning=HIVE)),
+    "text": lambda files: _text_reader("utf-8", True),
+    "binary_files": lambda files: _binary_reader(file_options("read_binary_files", include_paths=True)),
 }

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.filesystems import resolve_in
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -81,12 +81,17 @@ class InputFile:
 MAGIC = {".parquet": b"PAR1"}
 
 
-def list_files(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[InputFile]:
+def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesystem: pafs.FileSystem | None = None,
+               ignore_missing: bool = False, extensions: tuple[str, ...] | None = None) -> list[InputFile]:
     """Files under ``paths``; hidden and ``_``-prefixed paths are skipped.
 
     With ``suffixes``, a directory's files must end in one of them (any case) or start
     with the format's magic bytes; the rest are skipped with a warning that names
-    them, never silently. Files named explicitly are always read.
+    them, never silently. Files named explicitly are always read. With ``extensions``
+    (Ray Data's ``file_extensions``, without dots), every file, named or listed, must
+    end in ``.`` and one of them, any case; the rest are skipped with a warning.
+    ``filesystem``: the paths are in it (`resolve_in`); ``ignore_missing``: a path
+    that does not exist is skipped instead of raising.
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -95,13 +100,15 @@ def list_files(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[I
     lowered = tuple(s.lower() for s in suffixes)
     magics = {MAGIC[s] for s in lowered if s in MAGIC}
     for path in paths:
-        fs, inner = resolve(path)
+        fs, inner = resolve_in(path, filesystem)
         info = fs.get_file_info(inner)
         if info.type == pafs.FileType.NotFound:
+            if ignore_missing:
+                continue
             raise FileNotFoundError(f"input path does not exist: {path}")
-        prefix = path[: len(path) - len(inner)] if "://" in path else ""
+        prefix = path[: len(path) - len(inner)] if "://" in path and filesystem is None else ""
         if info.type == pafs.FileType.File:
-            found.append(InputFile(path, info.size, info.mtime_ns or 0))
+            found.append(InputFile(path if filesystem is None else inner, info.size, info.mtime_ns or 0))
             continue
         for entry in sorted(fs.get_file_info(pafs.FileSelector(inner, recursive=True)), key=lambda e: e.path):
             relative = entry.path[len(inner.rstrip("/")) + 1:].split("/")
@@ -111,13 +118,19 @@ def list_files(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[I
                 skipped.append(prefix + entry.path)
                 continue
             found.append(InputFile(prefix + entry.path, entry.size, entry.mtime_ns or 0))
+    if extensions is not None:
+        ends = tuple("." + e.lower() for e in extensions)
+        skipped += [f.path for f in found if not f.path.lower().endswith(ends)]
+        found = [f for f in found if f.path.lower().endswith(ends)]
+        suffixes = tuple("." + e for e in extensions)
     if skipped:
         shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more" if len(skipped) > 10 else "")
         log.warning("skipped %d file(s) under %s that are not %s files (by name and content): %s",
                     len(skipped), paths, "/".join(suffixes), shown)
     if not found:
         raise FileNotFoundError(f"no input files found under {paths}"
-                                + (f" ({len(skipped)} file(s) skipped, see the warning)" if skipped else ""))
+                                + (f" ({len(skipped)} file(s) skipped, see the warning)" if skipped else "")
+                                + (" (missing paths ignored: ignore_missing_paths=True)" if ignore_missing else ""))
     return found
 
 
@@ -129,9 +142,9 @@ def _starts_with(fs: pafs.FileSystem, entry: pafs.FileInfo, magics: set[bytes]) 
     return any(head.startswith(m) for m in magics)
 
 
-def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = ()) -> list[tuple[str, int]]:
-    """``(path, size)`` of the files `list_files` finds."""
-    return [(f.path, f.size) for f in list_files(paths, suffixes)]
+def expand_paths(paths: str | list[str], suffixes: tuple[str, ...] = (), **listing) -> list[tuple[str, int]]:
+    """``(path, size)`` of the files `list_files` finds (``listing``: its keyword arguments)."""
+    return [(f.path, f.size) for f in list_files(paths, suffixes, **listing)]
 
 
 def fingerprint(value) -> str:
@@ -167,11 +180,13 @@ def group_fragments(fragments: list[Fragment], count: int) -> list[list[Fragment
 
 
 def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callable[[Fragment], Iterator[pa.Table]],
-                    split_fragments: Callable[[str, int], list[Fragment]] | None = None) -> Datasource:
-    """A datasource over files; ``reader`` turns one fragment into tables on an executor."""
+                    split_fragments: Callable[[str, int], list[Fragment]] | None = None,
+                    listing: dict | None = None) -> Datasource:
+    """A datasource over files; ``reader`` turns one fragment into tables on an executor.
+    ``listing``: `list_files` keyword arguments (``filesystem``, ``ignore_missing``, ``extensions``)."""
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
-        files = list_files(paths, suffixes)
+        files = list_files(paths, suffixes, **(listing or {}))
         fragments = [Fragment(f.path, f.size, mtime_ns=f.mtime_ns) for f in files]
         total = sum(f.size for f in files)
         wanted = partition_count(total, 1 << 30, slots, override, target_bytes)

@@ -1,0 +1,75 @@
+"""Parsing helpers of the ``read_*`` functions: pyarrow's CSV option objects, and JSON as Ray Data reads it."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+
+_CSV_OPTION_TYPES = {"parse_options": pacsv.ParseOptions, "read_options": pacsv.ReadOptions,
+                     "convert_options": pacsv.ConvertOptions}
+
+
+def check_csv_args(parse_options, read_options, convert_options) -> dict:
+    """``pyarrow.csv.open_csv`` keyword arguments, each checked to be pyarrow's option object."""
+    given = {"parse_options": parse_options, "read_options": read_options, "convert_options": convert_options}
+    for name, value in given.items():
+        if value is not None and not isinstance(value, _CSV_OPTION_TYPES[name]):
+            raise TypeError(f"read_csv: {name} must be a pyarrow.csv.{_CSV_OPTION_TYPES[name].__name__}, "
+                            f"got {type(value).__name__}")
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def csv_range_args(csv_args: dict, expected: pa.Schema) -> dict:
+    """How a byte range of a CSV file is parsed: ``header`` (whether the file's first line is a
+    header to put before the range's lines) and the ``open_csv`` arguments, with the first
+    file's column types unless ``convert_options`` sets them."""
+    read_options = csv_args.get("read_options")
+    header = not (read_options and (read_options.column_names or read_options.autogenerate_column_names))
+    if read_options and (read_options.skip_rows or read_options.skip_rows_after_names):
+        header = None  # rows skipped at the file's start: a range cannot know which
+    args = dict(csv_args)
+    if "convert_options" not in args:
+        args["convert_options"] = pacsv.ConvertOptions(
+            column_types={f.name: f.type for f in expected if not pa.types.is_null(f.type)})
+    return {"header": header, "args": args}
+
+
+def csv_compatible(expected: pa.Schema, found: pa.Schema) -> bool:
+    """Same columns in the same order, each of the expected type or null (an empty column)."""
+    if found.names != expected.names:
+        return False
+    return all(f.type == e.type or pa.types.is_null(f.type) for f, e in zip(found, expected))
+
+
+def cast_null_columns(table: pa.Table, expected: pa.Schema) -> pa.Table:
+    if table.schema.equals(expected):
+        return table
+    return table.cast(expected)  # only null columns differ (checked by csv_compatible); null casts to any type
+
+
+def json_table(data: bytes, lines: bool, whole: bool) -> pa.Table:
+    """One JSON file's (or byte range's) rows.
+
+    ``lines=False`` (Ray's default): Arrow's JSON Lines reader, and where it fails on a
+    whole file, Python's ``json``: an array of objects is one row per object, one
+    object is one row. ``lines=True``: JSON Lines only, each line one row.
+    """
+    if not lines and whole and data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
+        return pa.Table.from_pylist(json.loads(data))
+    try:
+        return pajson.read_json(io.BytesIO(data))
+    except pa.ArrowInvalid as exc:
+        if lines or not whole:
+            hint = " with lines=True every line must be one JSON object;" if lines else ""
+            raise ValueError(f"not JSON Lines:{hint} {exc}") from exc
+        parsed = json.loads(data)
+    if isinstance(parsed, dict):
+        return pa.Table.from_pylist([parsed])
+    if isinstance(parsed, list) and all(isinstance(row, dict) for row in parsed):
+        return pa.Table.from_pylist(parsed)
+    raise ValueError(f"a JSON file must hold objects (one per line, an array of them, or one), got "
+                     f"{type(parsed).__name__}")
