@@ -85,6 +85,21 @@ def _outside_docker(text: str, ports: dict[str, int], data_dir: str) -> str:
     return text.replace("/data/", f"{data_dir}/")
 
 
+def test_the_history_server_reads_the_event_log_the_airflow_tasks_write(compose):
+    services = compose["services"]
+    airflow_env = services["airflow-scheduler"]["environment"]
+    history = services["spark-history"]
+    opts = dict(re.findall(r"-D(\S+?)=(\S+)", history["environment"]["SPARK_HISTORY_OPTS"]))
+    event_dir = airflow_env["AIRFLOW__STREAMBATCH__SPARK_EVENT_LOG_DIR"]
+    assert opts["spark.history.fs.logDirectory"] == f"file://{event_dir}"
+    assert f"mkdir -p -m 700 {event_dir} " in history["command"][2]  # private, and there before Spark needs it
+    assert any(volume.startswith("streambatch-data:/data") for volume in history["volumes"])  # the tasks' volume
+    port = opts["spark.history.ui.port"]
+    assert f"{port}:{port}" in history["ports"]
+    assert airflow_env["AIRFLOW__STREAMBATCH__SPARK_HISTORY_SERVER_URL"] == f"http://localhost:{port}"  # the browser's
+    assert "org.apache.spark.deploy.history.HistoryServer" in history["command"][2]
+
+
 def test_compose_shares_no_block_directory(compose):
     for name, service in compose["services"].items():
         assert "STREAMBATCH_BLOCK_DIR" not in service.get("environment", {}), name

@@ -33,15 +33,23 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from functools import cached_property
-from typing import Any
 
 from airflow.sdk import BaseHook
+from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.log import mask_secret
 
 from airflow_streambatch.engine.spark.java import ensure_java
-from airflow_streambatch.engine.spark.session import get_spark, with_spark_defaults
+from airflow_streambatch.engine.spark.session import (
+    NEEDS_NEW_JVM,
+    apply_to_active_session,
+    jvm_output_to_logging,
+    local_master,
+    quiet_spark_logs,
+    with_spark_defaults,
+)
 from airflow_streambatch.engine.worker.files import atomic_write
 
 # Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
@@ -109,14 +117,6 @@ class StreamBatchHook(BaseHook):
         self.spark_conf = dict(spark_conf or {})
         self.app_name = app_name
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden-fields": ["schema", "login", "password"],
-            "relabeling": {"host": "Master (spark://host, yarn, k8s://https://host, local[4])"},
-            "placeholders": {"extra": json.dumps({"conf": {"spark.executor.memory": "4g"}, "deploy-mode": "client"})},
-        }
-
     @cached_property
     def master(self) -> str | None:
         """The Spark master URL, or None for embedded local Spark."""
@@ -139,6 +139,30 @@ class StreamBatchHook(BaseHook):
         return self.get_connection(self.streambatch_conn_id).extra_dejson
 
     @property
+    def event_log_dir(self) -> str | None:
+        """Where Spark writes its event log (for a History Server): the connection's ``event-log-dir``
+        extra, else ``[streambatch] spark_event_log_dir``; None (the default) writes none."""
+        return (self.extras.get("event-log-dir")
+                or airflow_conf.get("streambatch", "spark_event_log_dir", fallback="") or None)
+
+    @property
+    def history_server_url(self) -> str | None:
+        """The Spark History Server reading `event_log_dir`: the connection's ``history-server-url`` extra,
+        else ``[streambatch] spark_history_server_url``; the Spark UI link points there once the task ends."""
+        url = self.extras.get("history-server-url") or airflow_conf.get("streambatch", "spark_history_server_url",
+                                                                        fallback="")
+        return url.rstrip("/") or None
+
+    def _prepare_event_log_dir(self) -> None:
+        """Create a local event log directory, private (0700: the logs hold the plans and properties of every
+        job), as Spark refuses to start with one that does not exist. Remote ones (s3a://...) are left alone."""
+        directory = self.event_log_dir
+        if directory and (directory.startswith("file:") or "://" not in directory):
+            path = directory.removeprefix("file://").removeprefix("file:")
+            if not os.path.isdir(path):
+                os.makedirs(path, mode=0o700, exist_ok=True)
+
+    @property
     def conf(self) -> dict[str, str]:
         """Spark properties: the connection's ``conf`` extra, then ``spark_conf``, then the executors' Python.
 
@@ -150,38 +174,83 @@ class StreamBatchHook(BaseHook):
         sensitive values are registered with Airflow's secrets masker on every read, so
         they are masked before any log line can carry them.
         """
-        conf = {str(k): str(v) for k, v in (self.extras.get("conf") or {}).items()}
-        conf.update({str(k): str(v) for k, v in self.spark_conf.items()})
+        conf = self.requested_conf
         conf.setdefault("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
+        if self.event_log_dir and "spark.eventLog.enabled" not in conf:  # an explicit setting wins
+            conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": self.event_log_dir})
         own = conf.get("spark.redaction.regex")
         conf["spark.redaction.regex"] = f"{own}|{SENSITIVE}" if own else SENSITIVE
         mask_sensitive(conf)
         return conf
 
+    @property
+    def requested_conf(self) -> dict[str, str]:
+        """The Spark properties someone asked for: the connection's ``conf`` extra, then ``spark_conf``."""
+        conf = {str(k): str(v) for k, v in (self.extras.get("conf") or {}).items()}
+        conf.update({str(k): str(v) for k, v in self.spark_conf.items()})
+        return conf
+
     def get_spark_session(self):
         """The SparkSession of this task: embedded local Spark, or a client-mode driver for the connection's master.
 
-        An active session in the process (a notebook, a test) is reused as is. The
-        properties reach the driver JVM in a properties file (PySpark passes builder
+        Both start with the connection's ``conf``, ``spark_conf`` and ``app_name``
+        (embedded Spark too: ``spark.driver.memory`` or ``spark.ui.port`` given to the
+        operator reach the session). An active session in the process (a notebook, a
+        test) is reused: what can still change in it (runtime SQL properties) is set,
+        and a requested property it cannot take (a static one, set differently when it
+        started) fails the task naming it, instead of being silently ignored.
+
+        The properties reach the driver JVM in a properties file (PySpark passes builder
         options to spark-submit as argv); when this process already has a JVM gateway
-        they go over its socket instead, which no other user can read.
+        they go over its socket instead, which no other user can read, and properties of
+        the JVM itself are refused (`NEEDS_NEW_JVM`).
         """
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
-        if SparkSession.getActiveSession() is not None or self.master is None:
-            return get_spark()
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            apply_to_active_session(active, self.requested_conf, self._setting_name)
+            self.log.info("Using the SparkSession already running in this process: application %s (%s, master %s)",
+                          active.sparkContext.appName, active.sparkContext.applicationId, active.sparkContext.master)
+            return active
+        master = self.master or local_master()
         conf = with_spark_defaults(self.conf)
+        self._prepare_event_log_dir()
         os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         ensure_java()
-        builder = SparkSession.builder.master(self.master).appName(self.app_name)
-        self.log.info("Starting Spark driver for master %s (connection %s)", self.master, self.streambatch_conn_id)
+        builder = SparkSession.builder.master(master).appName(self.app_name)
+        where = f"connection {self.streambatch_conn_id}" if self.streambatch_conn_id else "embedded, no connection"
+        self.log.info("Starting Spark: application %s, master %s (%s); the driver JVM takes a while to start",
+                      self.app_name, master, where)
+        started = time.monotonic()
         if SparkContext._gateway is not None:
+            refused = sorted(set(self.requested_conf) & set(NEEDS_NEW_JVM))
+            if refused:
+                raise ValueError(f"{', '.join(self._setting_name(k) for k in refused)}: cannot apply, this process "
+                                 "already has a Spark driver JVM, and these are properties of the JVM itself. "
+                                 "Remove them, or run the epoch in a process of its own (deploy_mode='spark_submit')")
             for key, value in conf.items():
                 builder = builder.config(key, value)
-            return builder.getOrCreate()
+            spark = builder.getOrCreate()
+        else:
+            spark = self._start_driver_jvm(builder, conf)
+        quiet_spark_logs(spark)
+        sc = spark.sparkContext
+        self.log.info("Spark is up after %.1f s: application %s (%s), master %s, Spark UI %s",
+                      time.monotonic() - started, sc.appName, sc.applicationId, sc.master, sc.uiWebUrl or "disabled")
+        return spark
+
+    def _setting_name(self, key: str) -> str:
+        """Where a requested property came from, for error messages: the setting to change."""
+        if key in self.spark_conf:
+            return f"spark_conf[{key!r}]"
+        return f"the conf extra of connection {self.streambatch_conn_id!r}: {key!r}"
+
+    def _start_driver_jvm(self, builder, conf: dict[str, str]):
         previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
-        with properties_file(conf) as path:
+        with properties_file(conf) as path, jvm_output_to_logging():
             # before any arguments of the user's own (which end in pyspark-shell)
             os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(path)} {previous or 'pyspark-shell'}"
             try:
@@ -215,6 +284,7 @@ class StreamBatchHook(BaseHook):
         }
         ensure_java()  # sets JAVA_HOME in this process's environment, which spark-submit inherits
         conf = with_spark_defaults(self.conf)  # masks the secrets before SparkSubmitHook logs anything
+        self._prepare_event_log_dir()
         with properties_file(conf) as props:
             spec_path = os.path.join(os.path.dirname(props), "epoch.json")
             atomic_write(spec_path, json.dumps(spec))

@@ -142,6 +142,10 @@ class StreamBatchOperator(BaseOperator):
             self._executing = False
 
     def _execute(self, context: Context) -> dict:
+        # every XCom the links read exists from the start: Airflow reads the links when the try ends, and
+        # a missing one is an "XCom not found" ERROR in the task log (the Spark UI's is set once Spark runs)
+        EpochOutputLink.persist(context, output_uri=as_uri(self.output_path))
+        SparkUILink.persist(context, url=None)
         if isinstance(self.full_recompute, str):  # rendered from a template without native rendering
             self.full_recompute = self.full_recompute.strip().lower() in ("true", "1", "yes")
         if self.input_path:  # run_epoch checks the manifest's files; the listed directory is an input too
@@ -149,7 +153,6 @@ class StreamBatchOperator(BaseOperator):
         manifest = self._epoch_manifest(context)
         check_output_apart(manifest, self.output_path)  # here too: spark-submit's log is not the task's error
         ti = context["ti"]
-        ti.xcom_push(key=EpochOutputLink.xcom_key, value=as_uri(self.output_path))
         store = context.get("task_state_store")
         self._log_earlier_progress(store, manifest)
 
@@ -157,7 +160,8 @@ class StreamBatchOperator(BaseOperator):
             load_pipeline(self.pipeline)  # an import error fails here, before Spark starts
             spark = self.hook.get_spark_session()
             ui = spark.sparkContext.uiWebUrl
-            ti.xcom_push(key=SparkUILink.xcom_key, value=ui or "")  # "" when spark.ui.enabled=false
+            SparkUILink.persist(context, url=ui, app_id=spark.sparkContext.applicationId,  # url None: UI disabled
+                                history_server_url=self.hook.history_server_url)
             record = run_epoch(manifest, self.pipeline, output_path=self.output_path, input_format=self.input_format,
                                output_format=self.output_format, pipeline_kwargs=self.pipeline_kwargs,
                                full_recompute=self.full_recompute, context_overrides=self.data_context,

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_streambatch.engine.errors import check_positive_int
@@ -80,7 +81,8 @@ class EpochSensor(BaseSensorOperator):
         frontier needs a run with a real data interval (e.g. ``CronDataIntervalTimetable``): it refuses
         a zero-length one, such as ``schedule="@hourly"`` gives; the other frontiers warn.
     :param quiet_period: seconds (or a timedelta) without change, for ``frontier="quiescence"``.
-    :param deferrable: wait in the triggerer (`EpochTrigger`) instead of holding a worker slot.
+    :param deferrable: wait in the triggerer (`EpochTrigger`) instead of holding a worker slot; default
+        ``[operators] default_deferrable`` (False unless set), as for Airflow's own deferrable sensors.
     :param max_partition_bytes: a file larger than this becomes several partitions of about this many
         bytes (Spark's ``spark.sql.files.maxPartitionBytes``, same 128 MiB default), each its own read
         task, commit and unit of retry: row-group ranges of a Parquet file, byte ranges of the lines
@@ -99,7 +101,8 @@ class EpochSensor(BaseSensorOperator):
 
     def __init__(self, *, input_path: str, frontier: str = "marker", marker_path: str | None = None,
                  watermark_path: str | None = None, quiet_period: float | timedelta = 300.0,
-                 deferrable: bool = False, max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES,
+                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES,
                  manifest_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # the arguments stay attributes: template_fields renders them in place before execute

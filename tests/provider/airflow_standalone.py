@@ -36,6 +36,7 @@ class Standalone:
         bin_dir = os.path.dirname(sys.executable)  # standalone starts `airflow scheduler` etc. from PATH
         env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
                    AIRFLOW_HOME=home, AIRFLOW__API__PORT=str(self.port),
+                   AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{self.port}",  # links name the UI's real address
                    AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{self.port}/execution/",
                    AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
                    AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False", AIRFLOW__CORE__PARALLELISM="4",

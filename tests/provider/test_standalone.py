@@ -10,6 +10,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import urllib.request
+from urllib.parse import quote
 
 import pyarrow.parquet as pq
 import pytest
@@ -70,7 +72,11 @@ def test_clear_through_the_rest_api_reruns_only_the_failed_partitions(standalone
     assert "2 committed by earlier tries" in log
     assert "the task state store holds try 1 (failed): 2 partition(s) committed, 2 failed" in log
     links = standalone.call("GET", f"/dags/sb_epoch/dagRuns/{run_id}/taskInstances/score/links")["extra_links"]
-    assert links["Epoch output"] == f"file://{tmp_path}/out/{DAY}" and links["Spark UI"].startswith("http://")
+    view = f"http://127.0.0.1:{standalone.port}/streambatch/epochs/sb_epoch/{quote(run_id, safe='')}/score?map_index=-1"
+    assert links["Epoch output"] == view and links["Spark UI"].startswith("http://")
+    with urllib.request.urlopen(view, timeout=60) as response:  # the link works: the epoch view of this run
+        page = response.read().decode()
+    assert f"file://{tmp_path}/out/{DAY}" in page and "4 of 4" in page
 
 
 def test_a_killed_driver_is_resumed_by_the_retry_from_the_committed_partitions(standalone, tmp_path):

@@ -4,6 +4,7 @@ custom resources of its executors or workers: `profiles.py`, `cluster.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -14,7 +15,7 @@ import sysconfig
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from pyspark.sql import SparkSession
 
@@ -52,6 +53,11 @@ _session_lock = threading.Lock()
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+def local_master(min_slots: int = 0) -> str:
+    """``local[N]`` with a task slot per CPU, at least ``min_slots``."""
+    return f"local[{max(os.cpu_count() or 1, int(min_slots))}]"
+
+
 def get_spark(min_slots: int = 0) -> SparkSession:
     """The active SparkSession, or a local one with at least ``min_slots`` task slots."""
     with _session_lock:
@@ -61,15 +67,152 @@ def get_spark(min_slots: int = 0) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         ensure_java()
-        slots = max(os.cpu_count() or 1, int(min_slots))
-        spark = (
-            SparkSession.builder.master(f"local[{slots}]")
-            .appName("airflow-streambatch")
-            .config(map=SPARK_DEFAULTS)
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
+        builder = SparkSession.builder.master(local_master(min_slots)).appName("airflow-streambatch")
+        with jvm_output_to_logging():
+            spark = builder.config(map=SPARK_DEFAULTS).getOrCreate()
+        quiet_spark_logs(spark)
         return spark
+
+
+# -- the JVM's own output at its real level -------------------------------------------
+# Spark's driver JVM writes its log4j lines (default pattern "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m"),
+# and the JVM and Spark their start-up notices, to stderr, which Airflow's task supervisor logs
+# at ERROR whatever they say: a successful run showed 5-8 red lines. `jvm_output_to_logging`
+# gives the JVM a pipe for stderr instead, and a thread logs each line at the level it states.
+JVM_LOG = logging.getLogger("airflow_streambatch.spark.jvm")
+_LOG4J_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ([^:]*): ?(.*)$")
+_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+           "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
+# a stack trace's lines (and an exception's message line) belong to the log line before them
+_CONTINUATION = re.compile(r"^(\s|Caused by:|Suppressed:|\.\.\. \d+ more|[\w$.]+(Exception|Error|Throwable)\b)")
+# Loggers whose warnings say nothing wrong here. FairSchedulableBuilder warns for every job run in a
+# pool that spark.scheduler.allocation.file does not list: the engine names a pool per operator
+# (`backend.py`) on purpose, and Spark creates it with the defaults it warns about.
+QUIET_LOGGERS = {"org.apache.spark.scheduler.FairSchedulableBuilder": "ERROR"}
+
+
+def jvm_line_level(line: str, previous: int) -> tuple[int, str]:
+    """The logging level and message of one line the JVM wrote to stderr."""
+    match = _LOG4J_LINE.match(line)
+    if match:
+        return _LEVELS[match.group(1)], f"{match.group(2)}: {match.group(3)}"
+    if _CONTINUATION.match(line):
+        return previous, line
+    if line.startswith("WARNING"):  # the JVM's own notices (incubator modules, illegal access)
+        return logging.WARNING, line
+    return logging.INFO, line  # Spark's start-up notices ("Using Spark's default log4j profile")
+
+
+class _Relay(threading.Thread):
+    """Logs the lines of the JVM's stderr pipe; holds them while fd 2 is still the pipe."""
+
+    def __init__(self, read_fd: int):
+        super().__init__(name="spark-jvm-stderr", daemon=True)
+        self.read_fd = read_fd
+        self.lock = threading.Lock()
+        self.held: list[tuple[int, str]] | None = []  # None once fd 2 is restored: log at once
+
+    def run(self) -> None:
+        level = logging.INFO
+        with os.fdopen(self.read_fd, "r", encoding="utf-8", errors="replace") as pipe:
+            for raw in pipe:
+                line = raw.rstrip()
+                if line:
+                    level, message = jvm_line_level(line, level)
+                    with self.lock:
+                        if self.held is not None:  # a handler writing to stderr would feed the pipe
+                            self.held.append((level, message))
+                            continue
+                    JVM_LOG.log(level, "%s", message)
+
+    def release(self) -> None:
+        """fd 2 is restored: log what was held, and from now on every line as it comes."""
+        with self.lock:
+            held, self.held = self.held or [], None
+        for level, message in held:
+            JVM_LOG.log(level, "%s", message)
+
+
+@contextlib.contextmanager
+def jvm_output_to_logging() -> Iterator[None]:
+    """A JVM that starts inside this block writes its stderr to a pipe whose lines are logged at their level.
+
+    The JVM inherits fd 2 when PySpark launches it, so fd 2 is the pipe only for the
+    block; a thread reads it for the life of the JVM (it ends at EOF, when the JVM
+    exits). Lines that arrive during the block are held until fd 2 is restored, so a
+    logging handler writing to stderr cannot feed the pipe. Nothing changes when this
+    process already has a JVM (its stderr is whatever it got then).
+    """
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        yield
+        return
+    read_fd, write_fd = os.pipe()
+    saved = os.dup(2)
+    relay = _Relay(read_fd)
+    relay.start()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        relay.release()
+
+
+def quiet_spark_logs(spark: SparkSession) -> None:
+    """`SPARK_LOG_LEVEL` for the session's driver, and `QUIET_LOGGERS` at theirs."""
+    sc = spark.sparkContext
+    sc.setLogLevel(SPARK_LOG_LEVEL)
+    with contextlib.suppress(Exception):  # a log4j without Configurator (a vendor's build): keep its warnings
+        jvm = sc._jvm
+        for name, level in QUIET_LOGGERS.items():
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                name, jvm.org.apache.logging.log4j.Level.toLevel(level))
+
+
+# Properties of the driver JVM itself: a session started in a process that already has a JVM
+# (a stopped session's, or PySpark's gateway) runs in that JVM, so it cannot take them.
+NEEDS_NEW_JVM = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions",
+                 "spark.driver.extraClassPath", "spark.driver.extraLibraryPath")
+
+
+def apply_to_active_session(spark: SparkSession, requested: Mapping[str, str],
+                            name_of: Callable[[str], str] = repr) -> None:
+    """Give a running session the properties asked of it, or refuse, naming those it cannot take.
+
+    A property the session already has is fine; a runtime one (`RuntimeConfig.isModifiable`:
+    SQL properties such as ``spark.sql.shuffle.partitions``) is set; any other (a static
+    property: ``spark.ui.port``, ``spark.executor.memory``, ``spark.driver.memory``, ...)
+    was fixed when the session started, so asking for another value is an error, not
+    something to ignore. ``name_of`` says where a property was asked for (the setting
+    to change).
+    """
+    refused, settable = [], {}
+    for key, value in requested.items():
+        current = spark.conf.get(key, None)
+        if current is None:
+            current = spark.sparkContext.getConf().get(key)
+        if current == value:
+            continue
+        if spark.conf.isModifiable(key):
+            settable[key] = value
+            continue
+        has = "no value" if current is None else repr(current)
+        refused.append(f"{name_of(key)} = {value!r} (the session has {has})")
+    if refused:
+        sc = spark.sparkContext
+        raise ValueError(f"cannot apply {'; '.join(refused)}: this process already runs a SparkSession (application "
+                         f"{sc.appName}, {sc.applicationId}) and these properties are fixed when a session starts. "
+                         "Remove them, or run the epoch in a process of its own (deploy_mode='spark_submit')")
+    for key, value in settable.items():  # only once nothing is refused: a failed task changes nothing
+        spark.conf.set(key, value)
 
 
 _shipped: set[tuple[str, str]] = set()  # (application id, top-level module) already added
