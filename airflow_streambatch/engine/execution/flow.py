@@ -14,7 +14,7 @@ import queue
 from collections.abc import Callable
 
 from airflow_streambatch.engine.execution.memory import BlockLedger
-from airflow_streambatch.engine.execution.operators import LimitOperator, Operator, RepartitionOperator
+from airflow_streambatch.engine.execution.operators import LimitOperator, MapOperator, Operator, RepartitionOperator
 from airflow_streambatch.engine.execution.ordering import Order, OrderGate, min_order
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
 from airflow_streambatch.engine.worker.blocks import BlockRef
@@ -84,9 +84,15 @@ class BlockFlow:
 
     def release_in_order(self) -> None:
         """Pass on the gated blocks whose turn has come, nearest the source first (a limit's
-        blocks may then reach the consumer's gate in the same call)."""
+        blocks may then reach the consumer's gate in the same call); tell each map operator
+        what is still pending upstream of it, so that it may bundle blocks nothing can fall between."""
+        if not self.gates:  # preserve_order is off
+            return
         for index in sorted(self.gates):
             self.gates[index].release(self._frontier(index), self._deliver_now)
+        for op in self.operators:
+            if isinstance(op, MapOperator):
+                op.upstream_frontier = self._frontier(op.index)
 
     def _frontier(self, index: int) -> Order | None:
         """The smallest place of any work still pending upstream of position ``index`` (from the

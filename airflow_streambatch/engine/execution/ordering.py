@@ -9,7 +9,7 @@ launched, blocks held by an earlier gate). Output is then the same, in the same 
 on every run, and ``limit(n)`` keeps the first ``n`` rows of the input.
 
 The price is latency, not work: a block waits for every block before it, and a task's
-streamed blocks wait for the task to end. Held blocks count against ``memory_limit``
+streamed blocks wait for the task to end (`benchmarks/order_cost.py`). Held blocks count against ``memory_limit``
 like any other. A repartition restarts the places (its output block ``j`` is
 ``(j,)``), so a gate after it looks only at the work from the repartition on.
 """

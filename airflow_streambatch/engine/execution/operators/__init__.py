@@ -29,4 +29,4 @@ def build_operators(ops: list[PhysicalOp], ctx: DataContext, pool: ResourcePool)
     return operators
 
 
-__all__ = ["LimitOperator", "Operator", "RepartitionOperator", "build_operators"]
+__all__ = ["LimitOperator", "MapOperator", "Operator", "RepartitionOperator", "build_operators"]

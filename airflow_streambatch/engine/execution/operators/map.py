@@ -4,17 +4,21 @@ The bundling rule: consecutive input blocks are coalesced into a task until they
 reach ``target_min_block_size`` (and the first transform's ``batch_size`` in rows),
 never past ``target_max_block_size``, and never across input partitions when the
 run commits or isolates failures per partition. With ``preserve_order`` the queue is
-taken in input order, and a task bundles only blocks that follow each other in the
-output of one upstream task (no block of another task can fall between them).
+taken in input order, and a task bundles only blocks that nothing can fall between:
+blocks that follow each other in one upstream task's output, or any two once no work
+pending upstream could still produce a block placed between them and no task of this
+operator took one.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from collections import deque
 
 from airflow_streambatch.engine.execution.operators.base import Operator
+from airflow_streambatch.engine.execution.ordering import Order
 from airflow_streambatch.engine.plan.logical import MapBatches
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.worker.task_runner import TaskSpec
@@ -42,6 +46,10 @@ class MapOperator(Operator):
         first = self.physical.transforms[0] if self.physical.transforms else None
         self.min_rows = first.batch_size if isinstance(first, MapBatches) and first.batch_size else 0
         self.ordered = self.ctx.execution_options.preserve_order
+        # preserve_order: the smallest place of work pending upstream, set by the flow each turn
+        # (None: nothing pending; () until first set, which bundles nothing but siblings)
+        self.upstream_frontier: Order | None = ()
+        self._taken: list[Order] = []  # preserve_order: places of the blocks its tasks took, sorted
 
     def _has_new_work(self) -> bool:
         return bool(self.inputs) and (self.upstream_done or self._bundle_ready())
@@ -51,8 +59,10 @@ class MapOperator(Operator):
 
     def _new_task(self) -> TaskSpec:
         bundle = self._peek_bundle()
-        for _ in bundle:
+        for ref in bundle:
             self.inputs.popleft()
+            if self.ordered:
+                bisect.insort(self._taken, ref.order)
         return block_task(bundle)
 
     def _blocks_per_task_cap(self) -> int:
@@ -70,8 +80,8 @@ class MapOperator(Operator):
             too_big = size + ref.size_bytes > self.ctx.target_max_block_size
             if bundle and (too_big or (not self.mix_partitions and ref.partitions != bundle[0].partitions)):
                 break  # full, or another input partition where partitions must stay apart
-            if bundle and self.ordered and not _next_of(bundle[-1], ref):
-                break  # another task's block could come between them
+            if bundle and self.ordered and not self._adjacent(bundle[-1], ref):
+                break  # a block still to come could fall between them
             if bundle and rows >= self.min_rows and len(bundle) >= cap:
                 break
             bundle.append(ref)
@@ -89,6 +99,18 @@ class MapOperator(Operator):
         rows = sum(r.num_rows for r in bundle)
         big_enough = size >= self.ctx.target_min_block_size or len(bundle) >= self._blocks_per_task_cap()
         return (big_enough and rows >= self.min_rows) or len(bundle) < len(self.inputs)
+
+
+    def _adjacent(self, previous: BlockRef, ref: BlockRef) -> bool:
+        """Whether no block falls between ``previous`` and ``ref`` (the queue is sorted): none pending
+        upstream (`upstream_frontier`), and none already taken by another task of this operator."""
+        if _next_of(previous, ref):
+            return True
+        frontier = self.upstream_frontier
+        if frontier == () or (frontier is not None and frontier < ref.order):
+            return False
+        later = bisect.bisect_right(self._taken, previous.order)
+        return later == len(self._taken) or self._taken[later] > ref.order
 
 
 def _next_of(previous: BlockRef, ref: BlockRef) -> bool:
