@@ -170,7 +170,7 @@ def warm_up(task_slots: int) -> None:
     system measured does not pay the process start-up the others then reuse."""
     import airflow_streambatch.engine as sb
 
-    engine_context(resources={"CPU": task_slots}, target_min_block_size=1)
+    engine_context(resources={"CPU": task_slots})
     sb.range(task_slots * 4, override_num_blocks=task_slots * 4).map_batches(_identity, num_cpus=0.5,
                                                                              batch_format="pyarrow").count()
 

@@ -40,7 +40,7 @@ def sleep_stage(batch, seconds: float):
 def run(cfg: W3, static_split: bool) -> dict:
     import airflow_streambatch.engine as sb
 
-    engine_context(resources={"CPU": cfg.slots}, enable_operator_fusion=False, target_min_block_size=1)
+    engine_context(resources={"CPU": cfg.slots}, enable_operator_fusion=False)
     cap = cfg.slots // 2 if static_split else None
     ds = (
         sb.range(cfg.tasks, override_num_blocks=cfg.tasks)

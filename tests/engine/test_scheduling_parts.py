@@ -9,6 +9,7 @@ import math
 import pytest
 
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.execution.estimates import Estimates
 from airflow_streambatch.engine.execution.operators import build_operators
 from airflow_streambatch.engine.execution.operators.map import MapOperator, task_key
 from airflow_streambatch.engine.execution.resources import TASK_SLOTS, ResourcePool
@@ -73,7 +74,9 @@ def _identity(batch):
     return batch
 
 
-def map_operator(tmp_path, cpus=1, batch_size=None, min_size=100, max_size=1000) -> MapOperator:
+def map_operator(tmp_path, cpus=1, batch_size=None, min_size=100, max_size=1000, cheap=True) -> MapOperator:
+    """A map operator; with ``cheap`` it has seen one task of 1 ms over 10 rows that kept its
+    input's size, so small blocks are cheap to bundle."""
     ctx = DataContext(block_dir=str(tmp_path / "blocks"), target_min_block_size=min_size,
                       target_max_block_size=max_size, resources={"CPU": cpus}, progress_interval_s=0)
     transform = MapBatches(name="MapBatches(_identity)", compute=ResourceRequest.make("m", num_cpus=1),
@@ -83,6 +86,8 @@ def map_operator(tmp_path, cpus=1, batch_size=None, min_size=100, max_size=1000)
     operators = build_operators(physical, ctx, ResourcePool({"CPU": cpus}))
     op = operators[1]
     assert isinstance(op, MapOperator)
+    if cheap:
+        op.estimates = Estimates(tasks=1, work_s=0.001, input_bytes=10, output_bytes=10, input_rows=10)
     return op
 
 
@@ -189,6 +194,56 @@ def test_a_bundle_under_target_min_size_starts_when_it_holds_all_queued_blocks(t
     assert op.has_input() and op._peek_bundle() == refs
     op.cut = True  # upstream of a satisfied limit: nothing launches
     assert not op.has_input()
+
+
+# -- sizing by cost (issue 16): fake estimates, the rule alone -------------------------------
+
+
+def test_before_any_task_finished_each_block_runs_alone(tmp_path):
+    op = map_operator(tmp_path, min_size=1000, cheap=False)
+    refs = queue(op, blocks(6, size=10))
+    assert op.next_task().inputs == refs[:1]
+    assert op.has_input()  # a lone block is ready at once
+
+
+def test_tiny_expanding_blocks_run_one_per_task(tmp_path):
+    """The W1-shaped failure: 8-byte rows, each taking 2 s and growing to 40 MiB, were
+    coalesced by input bytes into a few tasks that ran serially on a few slots."""
+    op = map_operator(tmp_path, cpus=2, min_size=1 << 20, max_size=128 << 20, cheap=False)
+    op.estimates = Estimates(tasks=1, work_s=2.0, input_bytes=8, output_bytes=40 << 20, input_rows=1)
+    refs = queue(op, blocks(40, size=8, rows=1))
+    assert [len(op.next_task().inputs) for _ in range(3)] == [1, 1, 1]
+    assert list(op.inputs) == refs[3:]
+
+
+def test_a_block_whose_output_fills_a_block_runs_alone_even_when_fast(tmp_path):
+    op = map_operator(tmp_path, min_size=1 << 20, max_size=1 << 20, cheap=False)
+    op.estimates = Estimates(tasks=1, work_s=0.001, input_bytes=8, output_bytes=1 << 20, input_rows=1)
+    queue(op, blocks(10, size=8, rows=1))
+    assert len(op.next_task().inputs) == 1
+
+
+def test_tiny_cheap_blocks_are_bundled_up_to_one_job_overhead_of_work(tmp_path):
+    op = map_operator(tmp_path, min_size=1 << 20, cheap=False)
+    op.estimates = Estimates(tasks=1, work_s=0.01, input_bytes=8, output_bytes=8, input_rows=1)  # 10 ms a row
+    queue(op, blocks(100, size=8, rows=1))
+    assert len(op.next_task().inputs) == 10  # 100 ms: the default job overhead
+    op.sizer.job_overhead_s = 0.05  # measured
+    assert len(op.next_task().inputs) == 5
+
+
+def test_an_expensive_block_never_joins_a_cheap_bundle(tmp_path):
+    op = map_operator(tmp_path, min_size=1 << 20, cheap=False)
+    op.estimates = Estimates(tasks=2, work_s=0.02, input_bytes=16, output_bytes=16, input_rows=2)
+    refs = queue(op, blocks(2, size=8, rows=1) + blocks(1, size=8, rows=1000, start=2))
+    assert op.next_task().inputs == refs[:2]  # the 1000-row block would take 10 s
+    assert op.next_task().inputs == refs[2:]
+
+
+def test_cost_follows_rows_or_bytes_whichever_predicts_more(tmp_path):
+    est = Estimates(tasks=1, work_s=1.0, input_bytes=100, output_bytes=1000, input_rows=10)
+    assert est.for_input(rows=20, nbytes=100) == (2.0, 2000.0)  # rows predict more
+    assert est.for_input(rows=10, nbytes=300) == (3.0, 3000.0)  # bytes predict more
 
 
 def test_the_task_key_depends_on_the_inputs_only(tmp_path):

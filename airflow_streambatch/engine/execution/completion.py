@@ -74,7 +74,8 @@ class Completions:
         self.flow.propagate_done()
 
     def _succeeded(self, op: Operator, spec: TaskSpec, result: TaskResult) -> None:
-        op.estimates.observe(result.work_s, result.input_bytes, result.output_bytes)
+        op.estimates.observe(result.work_s, result.input_bytes, result.output_bytes,
+                             sum(ref.num_rows for ref in spec.inputs))
         op.stats.fetched_bytes += result.fetched_bytes
         op.stats.task_done(result)
         self.lineage.register(op.name, self.launcher.payloads[op.index], spec.for_replay(), result.blocks)

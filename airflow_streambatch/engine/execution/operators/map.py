@@ -1,13 +1,25 @@
 """Map: runs its fused transforms over bundles of input blocks.
 
-The bundling rule: consecutive input blocks are coalesced into a task until they
-reach ``target_min_block_size`` (and the first transform's ``batch_size`` in rows),
-never past ``target_max_block_size``, and never across input partitions when the
-run commits or isolates failures per partition. With ``preserve_order`` the queue is
-taken in input order, and a task bundles only blocks that nothing can fall between:
-blocks that follow each other in one upstream task's output, or any two once no work
-pending upstream could still produce a block placed between them and no task of this
-operator took one.
+How many blocks a task takes is decided by cost, from the operator's own estimates
+(`Estimates.for_input`: seconds of work and output bytes per input row and byte):
+
+* before any task of the operator finished, one block per task;
+* a task grows while the bundle is *cheap*: its expected work is under one Spark job's
+  overhead (`GroupSizer.job_overhead_s`, measured; ``DEFAULT_JOB_OVERHEAD_S`` before
+  that), its expected output under ``target_max_block_size`` and its input under
+  ``target_min_block_size``. A block that is already expensive, or whose output fills a
+  block, runs alone. Group scheduling then packs the cheap tasks several to a Spark job,
+  so the two never fight: bundling stops where a task's work is worth a job's overhead,
+  and grouping amortizes that overhead over the tasks of one job;
+* never more blocks than keep every free slot busy, never past ``target_max_block_size``
+  of input, never across input partitions when the run commits or isolates failures per
+  partition;
+* the first transform's ``batch_size`` is the least rows of a task (Ray Data's rule).
+
+With ``preserve_order`` the queue is taken in input order, and a task bundles only
+blocks that nothing can fall between: blocks that follow each other in one upstream
+task's output, or any two once no work pending upstream could still produce a block
+placed between them and no task of this operator took one.
 """
 
 from __future__ import annotations
@@ -22,6 +34,10 @@ from airflow_streambatch.engine.execution.ordering import Order
 from airflow_streambatch.engine.plan.logical import MapBatches
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.worker.task_runner import TaskSpec
+
+# A Spark job's overhead before one was measured: W2 measured 100-150 ms per job of one
+# task on a 2-core machine (docs/design.md, "Task sizing").
+DEFAULT_JOB_OVERHEAD_S = 0.1
 
 
 def task_key(inputs: list[BlockRef]) -> str:
@@ -77,29 +93,38 @@ class MapOperator(Operator):
             self.inputs = deque(sorted(self.inputs, key=lambda ref: ref.order))
         bundle, size, rows = [], 0, 0
         for ref in self.inputs:
-            too_big = size + ref.size_bytes > self.ctx.target_max_block_size
-            if bundle and (too_big or (not self.mix_partitions and ref.partitions != bundle[0].partitions)):
-                break  # full, or another input partition where partitions must stay apart
-            if bundle and self.ordered and not self._adjacent(bundle[-1], ref):
-                break  # a block still to come could fall between them
-            if bundle and rows >= self.min_rows and len(bundle) >= cap:
-                break
+            if bundle:
+                if size + ref.size_bytes > self.ctx.target_max_block_size:
+                    break  # never past the largest block a task may take
+                if not self.mix_partitions and ref.partitions != bundle[0].partitions:
+                    break  # another input partition where partitions must stay apart
+                if self.ordered and not self._adjacent(bundle[-1], ref):
+                    break  # a block still to come could fall between them
+                if rows >= self.min_rows and (len(bundle) >= cap or not self._cheap(rows, size)
+                                              or not self._cheap(ref.num_rows, ref.size_bytes)):
+                    break
             bundle.append(ref)
             size += ref.size_bytes
             rows += ref.num_rows
-            if size >= self.ctx.target_min_block_size and rows >= self.min_rows:
-                break
         return bundle
 
+    def _cheap(self, rows: int, size: int) -> bool:
+        """Whether a task over ``rows`` rows of ``size`` bytes is worth growing: its expected
+        work is under a job's overhead and its output under a block (module docstring)."""
+        if not self.estimates.known or size >= self.ctx.target_min_block_size:
+            return False
+        work_s, output_bytes = self.estimates.for_input(rows, size)
+        job_overhead_s = self.sizer.job_overhead_s or DEFAULT_JOB_OVERHEAD_S
+        return work_s < job_overhead_s and output_bytes < self.ctx.target_max_block_size
+
     def _bundle_ready(self) -> bool:
-        """A bundle may start when it is big enough (bytes, or the slot cap) and has the
+        """A bundle may start when it is big enough (by cost, or the slot cap) and has the
         first transform's ``batch_size`` rows, or when no more input can join it."""
         bundle = self._peek_bundle()
         size = sum(r.size_bytes for r in bundle)
         rows = sum(r.num_rows for r in bundle)
-        big_enough = size >= self.ctx.target_min_block_size or len(bundle) >= self._blocks_per_task_cap()
+        big_enough = not self._cheap(rows, size) or len(bundle) >= self._blocks_per_task_cap()
         return (big_enough and rows >= self.min_rows) or len(bundle) < len(self.inputs)
-
 
     def _adjacent(self, previous: BlockRef, ref: BlockRef) -> bool:
         """Whether no block falls between ``previous`` and ``ref`` (the queue is sorted): none pending
