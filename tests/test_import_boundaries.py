@@ -36,6 +36,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.read_api", 5),
     (f"{PACKAGE}.engine.read_options", 5),
     (f"{PACKAGE}.engine.read_formats", 5),
+    (f"{PACKAGE}.engine.parquet_ranges", 5),
     (f"{PACKAGE}.engine.datasource", 5),
     (f"{PACKAGE}.engine.in_memory", 5),
     (f"{PACKAGE}.engine.dataset_methods", 5),

@@ -33,10 +33,12 @@ from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.read_formats import (
     cast_null_columns,
     check_csv_args,
+    check_json_args,
     csv_compatible,
     csv_range_args,
     json_table,
 )
+from airflow_streambatch.engine.parquet_ranges import row_groups_in
 from airflow_streambatch.engine.read_options import HIVE, TEXT_DEFAULTS, FileOptions, file_options
 
 
@@ -71,7 +73,7 @@ def _schema_drift(expected: pa.Schema, found: pa.Schema) -> str:
 
 def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, partitioning=HIVE,
                  include_paths: bool = False, file_extensions: list[str] | None = None,
-                 override_num_blocks: int | None = None) -> Dataset:
+                 partition_filter=None, override_num_blocks: int | None = None) -> Dataset:
     """Parquet files (a file, a directory, or a list); split by row groups when files are few.
 
     Every file must have the schema of the first one (checked as it is read): a file
@@ -81,13 +83,13 @@ def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, pa
     """
     _check_blocks(override_num_blocks, "read_parquet")
     opts = file_options("read_parquet", filesystem=filesystem, partitioning=partitioning,
-                        include_paths=include_paths, file_extensions=file_extensions)
+                        include_paths=include_paths, file_extensions=file_extensions, partition_filter=partition_filter)
     suffixes = (".parquet", ".parq")
 
     def plan(slots: int, override: int | None, target_bytes: int):
         listed = [path for path, _ in expand_paths(paths, suffixes, **opts.listing())]
         return file_datasource("Parquet", listed, suffixes, _parquet_reader(listed, columns, opts),
-                               _row_groups_in(opts), listing=opts.listing()).plan(slots, override, target_bytes)
+                               row_groups_in(opts), listing=opts.listing()).plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource("Parquet", plan), paths), override_num_blocks)])
 
@@ -164,49 +166,9 @@ def _first_readable(files: list[str], schema_of, kind: str, opener=_open) -> tup
     raise OSError(f"no readable {kind} file among the inputs:\n" + "\n".join(problems))
 
 
-def _row_groups_in(opts: FileOptions):
-    def split(path: str, size: int) -> list[Fragment]:
-        try:
-            with opts.open_file(path) as handle:
-                meta = pq.ParquetFile(handle).metadata
-        except (OSError, pa.ArrowException):
-            return [Fragment(path, size)]  # unreadable: its read task fails and names it
-        if meta.num_row_groups <= 1:
-            return [Fragment(path, size)]
-        return [Fragment(path, meta.row_group(i).total_byte_size, (i,)) for i in builtins.range(meta.num_row_groups)]
-
-    return split
-
-
-def parquet_row_group_ranges(path: str, max_bytes: int) -> list[tuple[int, int, int]] | None:
-    """``(start, stop, bytes)`` row-group ranges of at most ``max_bytes`` each (compressed, as stored),
-    contiguous and covering the file; None when the file is not one readable Parquet file or
-    fits in one range. Reads the footer only (one small read at the file's end), so listing
-    the partitions of a 10 GiB file costs what a stat does. Row groups are packed in order
-    while they fit, as Spark packs files into ``maxPartitionBytes``; a row group is never
-    cut, so one larger than ``max_bytes`` is a range of its own.
-    """
-    try:
-        with _open(path) as handle:
-            meta = pq.ParquetFile(handle).metadata
-    except (OSError, pa.ArrowException):
-        return None  # not Parquet (or unreadable): the whole file stays one partition, and its read names it
-    sizes = [sum(meta.row_group(i).column(c).total_compressed_size for c in builtins.range(meta.num_columns))
-             for i in builtins.range(meta.num_row_groups)]
-    ranges: list[tuple[int, int, int]] = []
-    start, acc = 0, 0
-    for i, size in enumerate(sizes):
-        if i > start and acc + size > max_bytes:
-            ranges.append((start, i, acc))
-            start, acc = i, 0
-        acc += size
-    ranges.append((start, len(sizes), acc))
-    return ranges if len(ranges) > 1 else None
-
-
 def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = None, partitioning=HIVE,
              include_paths: bool = False, ignore_missing_paths: bool = False,
-             file_extensions: list[str] | None = None, override_num_blocks: int | None = None,
+             file_extensions: list[str] | None = None, override_num_blocks: int | None = None, partition_filter=None,
              parse_options: pacsv.ParseOptions | None = None, read_options: pacsv.ReadOptions | None = None,
              convert_options: pacsv.ConvertOptions | None = None) -> Dataset:
     """CSV files with a header row; types are inferred by Arrow, or set with ``convert_options``.
@@ -221,7 +183,7 @@ def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = No
     _check_blocks(override_num_blocks, "read_csv")
     opts = file_options("read_csv", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
-                        arrow_open_stream_args=arrow_open_stream_args)
+                        arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
     csv_args = check_csv_args(parse_options, read_options, convert_options)
 
     def plan(slots: int, override: int | None, target_bytes: int):
@@ -284,20 +246,23 @@ def _csv_batches(stream):
 
 def read_json(paths, *, lines: bool = False, filesystem=None, arrow_open_stream_args: dict | None = None,
               partitioning=HIVE, include_paths: bool = False, ignore_missing_paths: bool = False,
-              file_extensions: list[str] | None = None, override_num_blocks: int | None = None) -> Dataset:
+              file_extensions: list[str] | None = None, override_num_blocks: int | None = None, partition_filter=None,
+              **arrow_json_args) -> Dataset:
     """JSON files: by default (``lines=False``) a file of JSON Lines (one object per line), a JSON
     array of objects, or one object (one row), as Ray reads them; ``lines=True``: every
-    line is one object (a row), and a file that is not JSON Lines fails naming it."""
+    line is one object (a row), and a file that is not JSON Lines fails naming it.
+    ``arrow_json_args``: ``read_options`` (`pyarrow.json.ReadOptions`) and ``parse_options``
+    (`pyarrow.json.ParseOptions`, e.g. ``explicit_schema``), as Ray passes them to Arrow."""
     _check_blocks(override_num_blocks, "read_json")
     if not isinstance(lines, bool):
         raise TypeError(f"read_json: lines must be True or False, got {lines!r}")
     opts = file_options("read_json", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
-                        arrow_open_stream_args=arrow_open_stream_args)
-    return _files("JSON", paths, _json_reader(lines, opts), opts, override_num_blocks)
+                        arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
+    return _files("JSON", paths, _json_reader(lines, opts, check_json_args(arrow_json_args)), opts, override_num_blocks)
 
 
-def _json_reader(lines: bool, opts: FileOptions):
+def _json_reader(lines: bool, opts: FileOptions, json_args: dict | None = None):
     def reader(fragment: Fragment):
         if fragment.byte_range is None:
             with opts.open_stream(fragment.path) as handle:
@@ -307,7 +272,7 @@ def _json_reader(lines: bool, opts: FileOptions):
             with opts.open_file(fragment.path) as handle:
                 data = read_line_range(handle, *fragment.byte_range)
         if data.strip():  # a range inside one long line holds no line of its own
-            yield opts.finish(json_table(data, lines, whole=fragment.byte_range is None), fragment.path)
+            yield opts.finish(json_table(data, lines, fragment.byte_range is None, json_args or {}), fragment.path)
 
     return reader
 
@@ -315,14 +280,14 @@ def _json_reader(lines: bool, opts: FileOptions):
 def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = True, filesystem=None,
               arrow_open_stream_args: dict | None = None, partitioning=None, include_paths: bool = False,
               ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
-              override_num_blocks: int | None = None) -> Dataset:
+              partition_filter=None, override_num_blocks: int | None = None) -> Dataset:
     """One row per line, in a ``text`` column, as Ray Data reads text: lines are cut at ``\n`` only
     (a ``\r`` before it stays), and lines that are empty or blank are dropped unless
     ``drop_empty_lines=False``, which keeps them, and the empty line after a final ``\n``."""
     _check_blocks(override_num_blocks, "read_text")
     opts = file_options("read_text", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
-                        arrow_open_stream_args=arrow_open_stream_args)
+                        arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
     return _files("Text", paths, _text_reader(encoding, drop_empty_lines, opts), opts, override_num_blocks)
 
 
@@ -353,13 +318,14 @@ def _text_reader(encoding: str, drop_empty_lines: bool, opts: FileOptions = TEXT
 def read_binary_files(paths, *, include_paths: bool = True, filesystem=None,
                       arrow_open_stream_args: dict | None = None, partitioning=None,
                       ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
-                      override_num_blocks: int | None = None) -> Dataset:
+                      partition_filter=None, override_num_blocks: int | None = None) -> Dataset:
     """One row per file: its ``bytes`` (decompressed when its name ends in a codec's suffix, as
     Ray opens every file) and, by default here (Ray's default is False), its ``path``."""
     _check_blocks(override_num_blocks, "read_binary_files")
     opts = file_options("read_binary_files", filesystem=filesystem, partitioning=partitioning,
                         include_paths=include_paths, ignore_missing_paths=ignore_missing_paths,
-                        file_extensions=file_extensions, arrow_open_stream_args=arrow_open_stream_args)
+                        file_extensions=file_extensions, arrow_open_stream_args=arrow_open_stream_args,
+                        partition_filter=partition_filter)
     return _files("BinaryFiles", paths, _binary_reader(opts), opts, override_num_blocks)
 
 

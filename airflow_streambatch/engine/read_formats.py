@@ -51,25 +51,44 @@ def cast_null_columns(table: pa.Table, expected: pa.Schema) -> pa.Table:
     return table.cast(expected)  # only null columns differ (checked by csv_compatible); null casts to any type
 
 
-def json_table(data: bytes, lines: bool, whole: bool) -> pa.Table:
+JSON_ARGS = {"read_options": pajson.ReadOptions, "parse_options": pajson.ParseOptions}
+
+
+def check_json_args(args: dict) -> dict:
+    """``read_json``'s ``**arrow_json_args``: Arrow's ``read_options`` and ``parse_options``, checked."""
+    for name, value in args.items():
+        if name not in JSON_ARGS:
+            raise TypeError(f"read_json: unexpected argument {name!r}; arrow_json_args are {sorted(JSON_ARGS)}")
+        if not isinstance(value, JSON_ARGS[name]):
+            raise TypeError(f"read_json: {name} must be a pyarrow.json.{JSON_ARGS[name].__name__}, "
+                            f"got {type(value).__name__}")
+    return args
+
+
+def json_table(data: bytes, lines: bool, whole: bool, json_args: dict | None = None) -> pa.Table:
     """One JSON file's (or byte range's) rows.
 
     ``lines=False`` (Ray's default): Arrow's JSON Lines reader, and where it fails on a
     whole file, Python's ``json``: an array of objects is one row per object, one
     object is one row. ``lines=True``: JSON Lines only, each line one row.
+    ``json_args``: Arrow's ``read_options``/``parse_options`` (an ``explicit_schema``
+    also types the rows Python's ``json`` parsed).
     """
+    json_args = json_args or {}
+    parse = json_args.get("parse_options")
+    schema = parse.explicit_schema if parse is not None else None
     if not lines and whole and data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
-        return pa.Table.from_pylist(json.loads(data))
+        return pa.Table.from_pylist(json.loads(data), schema=schema)
     try:
-        return pajson.read_json(io.BytesIO(data))
+        return pajson.read_json(io.BytesIO(data), **json_args)
     except pa.ArrowInvalid as exc:
         if lines or not whole:
             hint = " with lines=True every line must be one JSON object;" if lines else ""
             raise ValueError(f"not JSON Lines:{hint} {exc}") from exc
         parsed = json.loads(data)
     if isinstance(parsed, dict):
-        return pa.Table.from_pylist([parsed])
+        return pa.Table.from_pylist([parsed], schema=schema)
     if isinstance(parsed, list) and all(isinstance(row, dict) for row in parsed):
-        return pa.Table.from_pylist(parsed)
+        return pa.Table.from_pylist(parsed, schema=schema)
     raise ValueError(f"a JSON file must hold objects (one per line, an array of them, or one), got "
                      f"{type(parsed).__name__}")

@@ -4,7 +4,8 @@
 their URI scheme), ``partitioning=`` (columns from ``key=value`` directories, or
 named directory levels), compression inferred from the file name or given with
 ``arrow_open_stream_args={"compression": ...}``, ``include_paths=``,
-``ignore_missing_paths=`` and ``file_extensions=``. A `FileOptions` travels to the
+``ignore_missing_paths=``, ``file_extensions=`` and ``partition_filter=`` (which
+files to read, by the partition values in their paths). A `FileOptions` travels to the
 executors inside each read task's closure, so everything in it pickles (pyarrow
 filesystems do).
 """
@@ -54,8 +55,9 @@ class Partitioning:
             if kind not in _PARTITION_TYPES:
                 raise ValueError(f"Partitioning: field_types[{name!r}]={kind!r} is not one of int, float, str, bool")
 
-    def __call__(self, path: str) -> dict:
-        """The partition values of one file's path ({} when it has none)."""
+    def __call__(self, path: str, typed: bool = True) -> dict:
+        """The partition values of one file's path ({} when it has none); strings unless
+        ``typed`` (then cast by ``field_types``)."""
         path = strip_scheme(path)
         base = strip_scheme(self.base_dir).rstrip("/") if self.base_dir else ""
         if base:
@@ -73,10 +75,34 @@ class Partitioning:
                 raise ValueError(f"{path}: {len(dirs)} directory level(s) {dirs}, but Partitioning('dir') has "
                                  f"{len(self.field_names)} field_names {self.field_names}")
             values = {name: value for name, value in zip(self.field_names, dirs) if name is not None}
-        for name, kind in (self.field_types or {}).items():
+        for name, kind in (self.field_types or {}).items() if typed else ():
             if name in values:
                 values[name] = _cast(values[name], kind, name, path)
         return values
+
+
+class PathPartitionFilter:
+    """Ray Data's ``ray.data.datasource.PathPartitionFilter``: which files a read keeps.
+
+    ``filter_fn`` gets each file's partition values as strings, as its path spells them
+    (``{}`` for a file outside any partition), and returns whether to read the file.
+    The files are chosen when the read lists its input, in the driver: a skipped file is
+    never opened.
+    """
+
+    def __init__(self, partitioning: Partitioning, filter_fn):
+        if not callable(filter_fn):
+            raise TypeError(f"PathPartitionFilter: filter_fn must be callable, got {type(filter_fn).__name__}")
+        self.parser = partitioning
+        self.filter_fn = filter_fn
+
+    @staticmethod
+    def of(filter_fn, style: str = "hive", base_dir: str | None = None, field_names: list[str] | None = None,
+           field_types: dict[str, type] | None = None, filesystem=None) -> PathPartitionFilter:
+        return PathPartitionFilter(Partitioning(style, base_dir, field_names, field_types, filesystem), filter_fn)
+
+    def __call__(self, paths: list[str]) -> list[str]:
+        return [path for path in paths if self.filter_fn(self.parser(path, typed=False))]
 
 
 def _cast(value: str, kind: type, name: str, path: str):
@@ -108,11 +134,12 @@ class FileOptions:
     file_extensions: tuple[str, ...] | None = None
     compression: str | None = None
     buffer_size: int | None = None
+    partition_filter: PathPartitionFilter | None = None
 
     def listing(self) -> dict:
         """`list_files` keyword arguments."""
         return {"filesystem": self.filesystem, "ignore_missing": self.ignore_missing_paths,
-                "extensions": self.file_extensions}
+                "extensions": self.file_extensions, "keep": self.partition_filter}
 
     def open_file(self, path: str):
         """A random-access handle (Parquet footers, byte ranges of lines)."""
@@ -191,7 +218,7 @@ def _varint(data: bytes) -> int:
 
 
 def file_options(where: str, *, filesystem=None, partitioning=None, include_paths=False, ignore_missing_paths=False,
-                 file_extensions=None, arrow_open_stream_args=None) -> FileOptions:
+                 file_extensions=None, arrow_open_stream_args=None, partition_filter=None) -> FileOptions:
     """Check the shared arguments of ``where`` (a ``read_*`` function) and bundle them."""
     if filesystem is not None and not isinstance(filesystem, pafs.FileSystem):
         raise TypeError(f"{where}: filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__}")
@@ -214,8 +241,11 @@ def file_options(where: str, *, filesystem=None, partitioning=None, include_path
     compression = args.get("compression")
     if compression is not None and compression not in CODECS:
         raise ValueError(f"{where}: arrow_open_stream_args compression={compression!r} is not one of {sorted(CODECS)}")
+    if partition_filter is not None and not isinstance(partition_filter, PathPartitionFilter):
+        raise TypeError(f"{where}: partition_filter must be an airflow_streambatch.engine.datasource."
+                        f"PathPartitionFilter or None, got {type(partition_filter).__name__}")
     return FileOptions(where, filesystem, partitioning, include_paths, ignore_missing_paths, extensions,
-                       compression, args.get("buffer_size"))
+                       compression, args.get("buffer_size"), partition_filter)
 
 
 HIVE = Partitioning("hive")  # Ray's default for read_parquet, read_csv and read_json

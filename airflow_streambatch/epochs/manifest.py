@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan.datasource import Fragment, list_files
 from airflow_streambatch.engine.filesystems import resolve
-from airflow_streambatch.engine.read_api import parquet_row_group_ranges
+from airflow_streambatch.engine.parquet_ranges import parquet_row_group_ranges
 
 # Spark's spark.sql.files.maxPartitionBytes default: a partition of about one block
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024

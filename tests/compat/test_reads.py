@@ -1,7 +1,8 @@
-"""Ray Data's file reads (issue 17, item 4): ``filesystem=``, ``partitioning=``, compression,
-``file_extensions``, ``include_paths``, ``ignore_missing_paths``, pyarrow's CSV option objects
-and ``read_json(lines=)``, each pinned to what Ray Data's API reference documents, on real
-local Spark (the read tasks, with their options pickled, run on Spark's executors)."""
+"""Ray Data's file reads (issue 17, item 4): ``filesystem=``, ``partitioning=``,
+``partition_filter=``, compression, ``file_extensions``, ``include_paths``,
+``ignore_missing_paths``, pyarrow's CSV and JSON option objects and ``read_json(lines=)``,
+each pinned to what Ray Data's API reference documents, on real local Spark (the read
+tasks, with their options pickled, run on Spark's executors)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import json
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
+import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as rd
-from airflow_streambatch.engine.datasource import Partitioning
+from airflow_streambatch.engine.datasource import Partitioning, PathPartitionFilter
 from airflow_streambatch.engine.plan.datasource import Fragment
 from airflow_streambatch.engine.read_api import read_fragments
 
@@ -73,6 +75,34 @@ def test_hive_partition_columns_are_added_by_default_as_strings(ctx, tmp_path):
     assert rd.read_parquet(str(root), columns=["v"]).columns() == ["v"]
     # partitioning=None: no partition columns
     assert rd.read_csv(str(csv_root), partitioning=None).columns() == ["v"]
+
+
+def test_partition_filter_reads_only_the_files_whose_partitions_it_keeps(ctx, tmp_path):
+    """Ray: ``PathPartitionFilter.of(filter_fn, style=...)``; ``filter_fn`` gets the partition
+    values as strings read from the path (``{}`` for an unpartitioned file) and returns True
+    to read the file; every ``read_*`` takes it as ``partition_filter``."""
+    root = tmp_path / "in"
+    _hive_tree(root, lambda d, v: pq.write_table(pa.table({"v": [v]}), d / "part.parquet"))
+    pq.write_table(pa.table({"v": [0]}), root / "loose.parquet")  # unpartitioned
+    seen = []
+
+    def only_2024(values):
+        seen.append(values)
+        return values.get("year") == "2024"  # strings, even with field_types
+
+    keep = PathPartitionFilter.of(only_2024, field_types={"year": int})
+    assert [r["v"] for r in rd.read_parquet(str(root), partition_filter=keep).take_all()] == [2024]
+    assert {} in seen and {"year": "2023", "country": "US"} in seen  # "2023", not 2023
+    text_root = tmp_path / "text"
+    _hive_tree(text_root, lambda d, v: (d / "part.txt").write_text(f"{v}\n"))
+    partitioned_only = PathPartitionFilter.of(lambda d: bool(d), style="dir", base_dir=str(text_root),
+                                              field_names=["year", "country"])
+    assert sorted(r["text"] for r in rd.read_text(str(text_root), partition_filter=partitioned_only).take_all()) \
+        == ["2023", "2024"]
+    with pytest.raises(FileNotFoundError, match=r"2 file\(s\) left out by partition_filter"):
+        rd.read_csv(str(text_root), partition_filter=PathPartitionFilter.of(lambda d: False)).take_all()
+    with pytest.raises(TypeError, match="partition_filter must be an airflow_streambatch.engine.datasource"):
+        rd.read_json(str(root), partition_filter=lambda paths: paths)
 
 
 def test_text_and_binary_reads_have_no_partition_columns_by_default(ctx, tmp_path):
@@ -234,3 +264,20 @@ def test_read_json_reads_lines_arrays_and_single_objects(ctx, tmp_path):
         rd.read_json(str(tmp_path / "array.json"), lines=True).take_all()
     with pytest.raises(TypeError, match="read_json: lines must be True or False"):
         rd.read_json(str(tmp_path / "lines.jsonl"), lines="yes")
+
+
+def test_read_json_takes_pyarrows_read_and_parse_options(ctx, tmp_path):
+    """Ray: ``**arrow_json_args`` (``read_options``, ``parse_options``) go to
+    ``pyarrow.json.read_json``; an ``explicit_schema`` types the columns."""
+    (tmp_path / "lines.jsonl").write_text('{"a": 1, "b": "x"}\n{"a": 2, "b": "y"}\n')
+    (tmp_path / "array.json").write_text(json.dumps([{"a": 3, "b": "z"}]))
+    schema = pa.schema([("a", pa.float64()), ("b", pa.string())])
+    parse = pajson.ParseOptions(explicit_schema=schema)
+    ds = rd.read_json(str(tmp_path / "lines.jsonl"), parse_options=parse,
+                      read_options=pajson.ReadOptions(block_size=1 << 16))
+    assert ds.schema() == schema and sorted(r["a"] for r in ds.take_all()) == [1.0, 2.0]
+    assert rd.read_json(str(tmp_path / "array.json"), parse_options=parse).schema() == schema  # the fallback too
+    with pytest.raises(TypeError, match=r"unexpected argument 'orient'; arrow_json_args are \['parse_options'"):
+        rd.read_json(str(tmp_path / "lines.jsonl"), orient="records")
+    with pytest.raises(TypeError, match="parse_options must be a pyarrow.json.ParseOptions"):
+        rd.read_json(str(tmp_path / "lines.jsonl"), parse_options={"explicit_schema": schema})

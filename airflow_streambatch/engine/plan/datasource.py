@@ -82,7 +82,8 @@ MAGIC = {".parquet": b"PAR1"}
 
 
 def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesystem: pafs.FileSystem | None = None,
-               ignore_missing: bool = False, extensions: tuple[str, ...] | None = None) -> list[InputFile]:
+               ignore_missing: bool = False, extensions: tuple[str, ...] | None = None,
+               keep=None) -> list[InputFile]:
     """Files under ``paths``; hidden and ``_``-prefixed paths are skipped.
 
     With ``suffixes``, a directory's files must end in one of them (any case) or start
@@ -91,7 +92,8 @@ def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesy
     (Ray Data's ``file_extensions``, without dots), every file, named or listed, must
     end in ``.`` and one of them, any case; the rest are skipped with a warning.
     ``filesystem``: the paths are in it (`resolve_in`); ``ignore_missing``: a path
-    that does not exist is skipped instead of raising.
+    that does not exist is skipped instead of raising; ``keep``: a callable that
+    returns the paths to keep of those listed (Ray Data's ``partition_filter``).
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -127,8 +129,14 @@ def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesy
         shown = ", ".join(skipped[:10]) + (f" and {len(skipped) - 10} more" if len(skipped) > 10 else "")
         log.warning("skipped %d file(s) under %s that are not %s files (by name and content): %s",
                     len(skipped), paths, "/".join(suffixes), shown)
+    filtered = 0
+    if keep is not None:
+        kept = set(keep([f.path for f in found]))
+        filtered = sum(f.path not in kept for f in found)
+        found = [f for f in found if f.path in kept]
     if not found:
         raise FileNotFoundError(f"no input files found under {paths}"
+                                + (f" ({filtered} file(s) left out by partition_filter)" if filtered else "")
                                 + (f" ({len(skipped)} file(s) skipped, see the warning)" if skipped else "")
                                 + (" (missing paths ignored: ignore_missing_paths=True)" if ignore_missing else ""))
     return found
