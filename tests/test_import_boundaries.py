@@ -40,6 +40,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.datasource", 5),
     (f"{PACKAGE}.engine.in_memory", 5),
     (f"{PACKAGE}.engine.dataset_methods", 5),
+    (f"{PACKAGE}.engine.dataset_writes", 5),
     (f"{PACKAGE}.engine.split", 5),
     (f"{PACKAGE}.epochs", 6),
     (f"{PACKAGE}.hooks", 7),

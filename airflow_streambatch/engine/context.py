@@ -67,8 +67,10 @@ class DataContext:
 
     :param target_max_block_size: bytes at which a task cuts an output block
         (streaming repartition). Default 128 MiB, as in the paper.
-    :param target_min_block_size: blocks smaller than this are coalesced: the
-        scheduler hands several to one downstream task. Default 1 MiB.
+    :param target_min_block_size: a task takes several input blocks only while they are
+        smaller than this together and cheap to process: their expected work under one
+        Spark job's overhead and their output under ``target_max_block_size`` (task sizing
+        by cost, ``execution/operators/map.py``). Default 1 MiB; 1 runs one block per task.
     :param memory_limit: bytes of intermediate blocks the scheduler keeps in flight.
         A running task writes blocks beyond its reservation only when the scheduler
         grants the memory (streaming task output). Default: a quarter of physical memory.

@@ -14,22 +14,20 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
 from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.execution.commit import CommitRecord
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset_methods import DatasetMethods
+from airflow_streambatch.engine.dataset_writes import DatasetWrites
 from airflow_streambatch.engine.errors import check_positive_int
-from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
-from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.split import BatchIteration, DataIterator, SplitCoordinator
-from airflow_streambatch.engine.execution.partitions import WRITE_MODES, WriteResult, prepare_write, warn_if_partial
-from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Read, Repartition
+from airflow_streambatch.engine.execution.partitions import warn_if_partial
+from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Repartition
 from airflow_streambatch.engine.plan.planner import plan
 from airflow_streambatch.engine.execution.stats import RunStats
-from airflow_streambatch.engine.plan.logical import ResourceRequest, MapBatches, MapRows, WriteFiles, describe
+from airflow_streambatch.engine.plan.logical import ResourceRequest, MapBatches, MapRows, describe
 
 
-class Dataset(BatchIteration, DatasetMethods):
+class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
     """A lazy pipeline of blocks. Build it with ``read_*``/``from_items``/``range``."""
 
     def __init__(self, logical: list, context: DataContext | None = None):
@@ -177,63 +175,6 @@ class Dataset(BatchIteration, DatasetMethods):
         executor = self._last_executor
         # the whole run's lineage: a lost block may need its ancestors rebuilt too
         return MaterializedDataset(refs, executor.cleanup, executor.lineage.records, self._last_stats, self._context)
-
-    # -- sinks ----------------------------------------------------------------------
-    def _write(self, path: str, file_format: str, mode: str, on_commit) -> WriteResult:
-        if mode not in WRITE_MODES:
-            raise ValueError(f"write_{file_format}(mode={mode!r}): mode must be one of {WRITE_MODES}")
-        if any(isinstance(op, Repartition) for op in self._logical):
-            raise ValueError(
-                "write_*() commits output per input partition, and repartition() mixes partitions; "
-                "set override_num_blocks on the read instead to choose the number of partitions"
-            )
-        source = self._logical[0]
-        if isinstance(source, Read):
-            check_disjoint(source.datasource.paths, path, f"write_{file_format}")
-        existing = prepare_write(path, mode)
-        if existing is not None:  # mode="ignore" and the path holds output
-            return WriteResult(path, skipped=existing)
-        name = f"Write{file_format.capitalize()}"
-        sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=path, file_format=file_format)
-        written = self._with(sink)
-        try:
-            for _ in written._iter_refs(on_commit=on_commit, write_mode=mode):
-                pass
-        except BaseException:
-            unclaimed = write_lease.claim(path)  # the run failed before taking over the lease
-            if unclaimed is not None:
-                unclaimed.release()
-            raise
-        executor = written._last_executor
-        self._last_stats = written._last_stats
-        return WriteResult(path, dict(executor.partitions.committed), dict(executor.skipped),
-                           list(executor.partitions.failures.values()))
-
-    def write_parquet(self, path: str, *, mode: str = "append",
-                      on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
-        """Parquet files under ``path/p<partition>/``, each input partition committed at once.
-
-        ``mode`` says what happens to output already under ``path``: ``"append"``
-        (Ray Data's default: add this write's partitions beside it), ``"resume"``
-        (finish an interrupted write: partitions committed from the same input are
-        skipped without running, a partition whose input changed is refused),
-        ``"overwrite"`` (delete what earlier writes committed, then write),
-        ``"error"`` (refuse if anything is there) or ``"ignore"`` (do nothing if
-        anything is there). ``on_commit`` is called in the driver with each
-        partition's commit record as it lands (the Airflow operator records progress
-        with it). See ``docs/reliability.md`` for how readers see only committed rows.
-        """
-        return self._write(path, "parquet", mode, on_commit)
-
-    def write_json(self, path: str, *, mode: str = "append",
-                   on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
-        """JSON Lines files, committed per input partition like `write_parquet`."""
-        return self._write(path, "json", mode, on_commit)
-
-    def write_csv(self, path: str, *, mode: str = "append",
-                  on_commit: Callable[[CommitRecord], None] | None = None) -> WriteResult:
-        """CSV files with a header, committed per input partition like `write_parquet`."""
-        return self._write(path, "csv", mode, on_commit)
 
     def stats(self) -> str:
         """Per-operator statistics of the last execution of this dataset."""

@@ -1,4 +1,7 @@
-"""Exactly-once output: each input partition's files are staged, then made visible at once.
+"""Exactly-once output: each partition's files are staged, then made visible at once.
+
+A partition is an input partition, or, for a write after ``repartition(n)``, one of its
+``n`` output blocks (`partitions.PartitionTracker.relabel_at_barrier`).
 
 Layout under the sink's ``path``::
 

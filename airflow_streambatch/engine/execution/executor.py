@@ -40,7 +40,7 @@ from airflow_streambatch.engine.execution.resources import ResourcePool
 from airflow_streambatch.engine.execution.stats import RunStats, progress_line
 from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher
 from airflow_streambatch.engine.plan.logical import WriteFiles
-from airflow_streambatch.engine.plan.planner import InputBlocksOp, PhysicalOp
+from airflow_streambatch.engine.plan.planner import InputBlocksOp, PhysicalOp, RepartitionOp
 from airflow_streambatch.engine.spark.backend import SparkBackend
 from airflow_streambatch.engine.spark.profiles import check_stage_scheduling, spark_assigns_gpus
 from airflow_streambatch.engine.spark.session import get_spark, ship_package, slots_from_spark, spark_task_slots
@@ -82,7 +82,8 @@ class StreamingExecutor:
             self.committer = PartitionCommitter(sink.path, self.run_id)
             if write_mode == "append" and self.committer.scan():  # beside earlier writes: names of its own
                 self.committer.tag = self.run_id
-        self.partitions = PartitionTracker(self.committer, ops[-1].name)
+        barriers = sum(isinstance(op, RepartitionOp) for op in ops)  # a write commits per block after the last
+        self.partitions = PartitionTracker(self.committer, ops[-1].name, barriers)
         self.skipped: dict = {}
 
     # -- public -----------------------------------------------------------------

@@ -158,15 +158,18 @@ class MemoryGrants:
 
     def _guard(self) -> None:
         """When nothing has moved for ``STALL_S`` (no block, no finished task, no grant)
-        while tasks wait, no block waits for the consumer and no task that can write
-        holds a reservation, the memory is taken by inputs that only waiting tasks can
-        free (a limit smaller than what the operators need at once): grant one block
-        over the limit rather than deadlock."""
+        while tasks wait, no block waits for the consumer and every running task is
+        stopped (waiting for a grant, queued behind one, or done writing), the memory is
+        taken by inputs that only waiting tasks can free (a limit smaller than what the
+        operators need at once): grant one block over the limit rather than deadlock.
+
+        A task still running can always end and free its inputs, however long it takes:
+        the guard once fired while a slow consumer ran on a loaded machine and carried
+        a conservative run 2-5 blocks over its limit."""
         waiting = self.streams.waiting()
-        # tasks queued behind a waiting one keep their reservation (it lets them write without
-        # asking) but cannot use it before that one moves
-        writing = self.memory.reserved - sum(task.reserved for task in self.streams.held_back(waiting))
-        if (waiting and self.heartbeat.idle_s() > STALL_S and writing < 1
+        stopped = {task.name for task in self.streams.held_back(waiting)}
+        running = any(not task.finished and task.name not in stopped for task in self.streams.tasks.values())
+        if (waiting and not running and self.heartbeat.idle_s() > STALL_S
                 and self.operators[-1].buffered_output_bytes == 0):
             if not self._over_limit_warned:
                 log.warning("tasks wait for memory under memory_limit (%d bytes) that only waiting tasks can "

@@ -6,6 +6,12 @@ partition has left the pipeline: its read task is done and none of its blocks wa
 in a queue or feeds a running task. At that moment a write's partition is committed
 (`commit.PartitionCommitter`), unless it failed. Failing a partition drops its
 blocks and never commits it; the rest go on.
+
+A write after ``repartition(n)`` commits per output block instead: every output block
+mixes rows of every input partition, so at the barrier the input partitions are
+forgotten and output block ``j`` becomes partition ``j`` (`relabel_at_barrier`). Before
+the last barrier nothing is committed, and a failed partition fails the whole write:
+the blocks after the barrier would lack its rows, and no commit unit could say so.
 """
 
 from __future__ import annotations
@@ -14,14 +20,14 @@ import logging
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter, SchemaMismatchError
 from airflow_streambatch.engine.worker.staging import StagedFile
-from airflow_streambatch.engine.errors import PartialResultWarning, PartitionFailure
+from airflow_streambatch.engine.errors import PartialResultWarning, PartitionFailure, partitions_failed
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -116,9 +122,12 @@ class WriteResult:
 
 
 class PartitionTracker:
-    def __init__(self, committer: PartitionCommitter | None, sink_name: str = ""):
+    """:param barriers: repartitions before the sink of a write; partitions are relabelled at each."""
+
+    def __init__(self, committer: PartitionCommitter | None, sink_name: str = "", barriers: int = 0):
         self.committer = committer
         self.sink_name = sink_name
+        self.barriers_left = barriers if committer is not None else 0
         self.outstanding: dict[int, int] = defaultdict(int)
         self.labels: dict[int, str] = {}
         self.identities: dict[int, str] = {}
@@ -164,11 +173,39 @@ class PartitionTracker:
         if failure.partition not in self.failures:
             log.warning("input partition failed: %s", failure.describe())
         self.failures.setdefault(failure.partition, failure)
+        if self.barriers_left:
+            error = partitions_failed(list(self.failures.values()), 0)
+            error.add_note(f"The write ({self.sink_name}) follows a repartition(), which mixes every partition into "
+                           "every output block: without this partition's rows no block can be committed whole, so "
+                           "the write stops, whatever DataContext.max_failed_partitions allows. Nothing was committed.")
+            raise error
+
+    def relabel_at_barrier(self, groups: list[tuple[int, list[BlockRef]]],
+                           num_blocks: int) -> list[tuple[int, list[BlockRef]]]:
+        """A repartition cut its input into ``groups`` (output index, input slices): from now on
+        output block ``j`` is partition ``j``. Every input partition has been read by now (the
+        barrier waits for all input), so they are forgotten: their blocks, held by the barrier,
+        are released without committing anything. Returns the groups with relabelled slices, each
+        held for its partition until the task that reads it is done."""
+        self.barriers_left -= 1
+        for mapping in (self.outstanding, self.labels, self.identities, self.files):
+            mapping.clear()
+        self._held.clear()
+        relabelled = []
+        for j, slices in groups:
+            self.labels[j] = f"block {j} of repartition({num_blocks})"
+            moved = [replace(ref, partitions=(j,)) for ref in slices]
+            for ref in moved:
+                self.hold(ref)
+            relabelled.append((j, moved))
+        return relabelled
 
     def _decrement(self, partition: int) -> None:
         """One thing ``partition`` waited for is done; with none left (and no failure), commit it."""
         self.outstanding[partition] -= 1
         if self.outstanding[partition] > 0 or partition in self.failures or self.committer is None:
+            return
+        if self.barriers_left:  # an input partition of a write that commits after a repartition
             return
         label, files = self.label(partition), self.files.pop(partition, [])
         try:

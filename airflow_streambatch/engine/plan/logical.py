@@ -23,7 +23,7 @@ from airflow_streambatch.engine.plan.datasource import Datasource
 from airflow_streambatch.engine.worker import udf
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
 from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.sinks import write_task_output
+from airflow_streambatch.engine.worker.sinks import SinkOptions, write_task_output
 
 
 @dataclass(frozen=True)
@@ -143,10 +143,16 @@ class WriteFiles(Transform):
 
     path: str = ""
     file_format: str = "parquet"
+    options: SinkOptions = field(default_factory=SinkOptions)
 
     def apply(self, tables, env):
-        write_task_output(tables, self.path, self.file_format, env)
+        write_task_output(tables, self.path, self.file_format, env, self.options)
         yield from ()
+
+
+def sink_min_rows(transforms: list[Transform]) -> int:
+    """Rows a task of these fused transforms should bundle for its sink (``min_rows_per_file``), else 0."""
+    return max([t.options.min_rows_per_file or 0 for t in transforms if isinstance(t, WriteFiles)], default=0)
 
 
 @dataclass(frozen=True)

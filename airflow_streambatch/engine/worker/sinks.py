@@ -1,11 +1,16 @@
-"""File sinks: sink tasks stage one file per task and partition; the driver commits.
+"""File sinks: sink tasks stage their files per task and partition; the driver commits.
 
 A task of a write operator streams its rows into
-``<path>/_staging/<run id>/p<partition>/part-<task key>.<ext>`` through a temporary
-name, and reports the file (path, rows, bytes) back to the driver. When every task
-of an input partition has finished, the driver commits the partition
-(`execution/commit.py`). Bundles never mix input partitions, so a sink task
-always writes for exactly one.
+``<path>/_staging/<run id>/p<partition>/part-<task key>[-<n>].<ext>`` through temporary
+names, and reports the files (path, rows, bytes) back to the driver. When every task
+of a partition has finished, the driver commits the partition
+(`execution/commit.py`). Bundles never mix partitions, so a sink task always writes
+for exactly one.
+
+`SinkOptions` holds Ray Data's write arguments: rows per file, the pyarrow writer's
+arguments, and the output stream's compression. They are checked in the driver, when
+``write_*`` is called, so a bad one fails at once and names the argument instead of
+failing every task.
 """
 
 from __future__ import annotations
@@ -13,62 +18,258 @@ from __future__ import annotations
 import errno
 import json
 import uuid
+import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_streambatch.engine.errors import is_disk_full
+from airflow_streambatch.engine.errors import check_positive_int, is_disk_full
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns, staging_dir
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
+# the stream codecs pyarrow writes, and the extension this engine's readers infer each from
+CODEC_EXTENSIONS = {"gzip": "gz", "bz2": "bz2", "zstd": "zst", "lz4": "lz4", "brotli": "br"}
+OPEN_STREAM_KEYS = ("compression", "buffer_size")
+JSON_DEFAULTS = {"orient": "records", "lines": True}  # Ray's pandas to_json defaults: JSON Lines
+# Ray Data's own write arguments that this engine does not take: refused by name, never passed on to
+# pyarrow (ParquetWriter would take ``filesystem`` and ignore it for a stream)
+RAY_ONLY_ARGS = ("partition_cols", "filesystem", "try_create_dir", "filename_provider", "arrow_parquet_args_fn",
+                 "arrow_csv_args_fn", "pandas_json_args_fn", "ray_remote_args", "concurrency")
 
 
-def _write_json_lines(table: pa.Table, out) -> None:
-    for row in table.to_pylist():
-        out.write((json.dumps(row, default=str) + "\n").encode())
+@dataclass
+class SinkOptions:
+    """Ray Data's per-write arguments, checked (`make`) before anything runs.
+
+    :param min_rows_per_file: the sink's tasks bundle input blocks until they hold this
+        many rows (within one partition, and within ``target_max_block_size``).
+    :param max_rows_per_file: a task starts a new file once its file holds this many rows.
+    :param format_args: keyword arguments of the pyarrow writer (``pq.ParquetWriter`` and
+        ``row_group_size`` for Parquet, ``write_options`` for CSV); none for JSON.
+    :param open_stream_args: ``compression`` and ``buffer_size`` of each file's output stream.
+    """
+
+    min_rows_per_file: int | None = None
+    max_rows_per_file: int | None = None
+    format_args: dict = field(default_factory=dict)
+    open_stream_args: dict = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, file_format: str, *, min_rows_per_file=None, max_rows_per_file=None, num_rows_per_file=None,
+             arrow_open_stream_args=None, format_args: dict | None = None) -> SinkOptions:
+        where = f"write_{file_format}"
+        ray_only = sorted(set(format_args or {}) & set(RAY_ONLY_ARGS))
+        if ray_only:
+            raise TypeError(f"{where}: Ray Data's {ray_only} not supported by this engine "
+                            "(docs/ray-compatibility.md says what each write takes)")
+        min_rows = _min_rows(where, min_rows_per_file, num_rows_per_file)
+        check_positive_int(max_rows_per_file, f"{where}(max_rows_per_file=...)", allow_none=True)
+        if min_rows is not None and max_rows_per_file is not None and min_rows > max_rows_per_file:
+            raise ValueError(f"{where}: min_rows_per_file={min_rows} is greater than max_rows_per_file="
+                             f"{max_rows_per_file}; lower min_rows_per_file or raise max_rows_per_file")
+        stream = _check_open_stream_args(where, file_format, arrow_open_stream_args)
+        checks = {"parquet": _check_parquet_args, "csv": _check_csv_args, "json": _check_json_args}
+        return cls(min_rows, max_rows_per_file, checks[file_format](dict(format_args or {})), stream)
+
+    def extension(self, file_format: str) -> str:
+        """``csv``, or ``csv.gz`` with gzip: the readers infer the codec from the name."""
+        codec = self.open_stream_args.get("compression")
+        return FILE_FORMATS[file_format] + (f".{CODEC_EXTENSIONS[codec]}" if codec else "")
 
 
-def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, env) -> None:
-    """Stream ``tables`` into this task's staged file; record it in ``env.written``."""
+def _min_rows(where: str, min_rows_per_file, num_rows_per_file) -> int | None:
+    """``num_rows_per_file`` is Ray's deprecated name of ``min_rows_per_file``."""
+    if num_rows_per_file is not None:
+        warnings.warn(f"{where}: num_rows_per_file is deprecated; use min_rows_per_file instead",
+                      DeprecationWarning, stacklevel=4)
+        if min_rows_per_file is not None:
+            raise ValueError(f"{where}: give min_rows_per_file or num_rows_per_file (deprecated), not both")
+        check_positive_int(num_rows_per_file, f"{where}(num_rows_per_file=...)")
+        return num_rows_per_file
+    check_positive_int(min_rows_per_file, f"{where}(min_rows_per_file=...)", allow_none=True)
+    return min_rows_per_file
+
+
+def _check_open_stream_args(where: str, file_format: str, args) -> dict:
+    args = dict(args or {})
+    unknown = sorted(set(args) - set(OPEN_STREAM_KEYS))
+    if unknown:
+        raise ValueError(f"{where}(arrow_open_stream_args=...): unsupported key(s) {unknown}; "
+                         f"the supported keys are {list(OPEN_STREAM_KEYS)}")
+    codec = args.get("compression")
+    if codec is not None and file_format == "parquet":
+        raise ValueError(f"{where}(arrow_open_stream_args={{'compression': {codec!r}}}): Parquet compresses inside "
+                         f"the file; pass compression={codec!r} to write_parquet instead")
+    if codec is not None and codec not in CODEC_EXTENSIONS:
+        raise ValueError(f"{where}(arrow_open_stream_args={{'compression': {codec!r}}}): the compression must be "
+                         f"one of {sorted(CODEC_EXTENSIONS)}")
+    check_positive_int(args.get("buffer_size"), f"{where}(arrow_open_stream_args['buffer_size'])", allow_none=True)
+    return args
+
+
+def _check_parquet_args(args: dict) -> dict:
+    """``row_group_size`` goes to each ``write_table`` call, the rest to ``pq.ParquetWriter``;
+    a writer is opened on an in-memory buffer now, so an unknown argument or value fails here."""
+    check_positive_int(args.get("row_group_size"), "write_parquet(row_group_size=...)", allow_none=True)
+    writer_args = {k: v for k, v in args.items() if k != "row_group_size"}
+    try:
+        pq.ParquetWriter(pa.BufferOutputStream(), pa.schema([("x", pa.int64())]), **writer_args).close()
+    except TypeError as exc:
+        raise TypeError(f"write_parquet(**arrow_parquet_args): {sorted(writer_args)} are not all arguments of "
+                        f"pyarrow.parquet.ParquetWriter (or row_group_size): {exc}") from exc
+    except (ValueError, pa.ArrowException) as exc:
+        raise ValueError(f"write_parquet(**arrow_parquet_args={writer_args}): pyarrow refused them: {exc}") from exc
+    return args
+
+
+def _check_csv_args(args: dict) -> dict:
+    """Ray hands ``**arrow_csv_args`` to ``pyarrow.csv.write_csv``, whose only option is ``write_options``."""
+    unknown = sorted(set(args) - {"write_options"})
+    if unknown:
+        raise TypeError(f"write_csv: unsupported argument(s) {unknown}; **arrow_csv_args takes only write_options "
+                        "(a pyarrow.csv.WriteOptions), as pyarrow.csv.write_csv does")
+    options = args.get("write_options")
+    if options is None:
+        return {}
+    if not isinstance(options, pacsv.WriteOptions):
+        raise TypeError(f"write_csv(write_options=...) must be a pyarrow.csv.WriteOptions, got "
+                        f"{type(options).__name__}")
+    options.validate()
+    # pyarrow's WriteOptions does not pickle: the tasks get its settings and rebuild it
+    settings = {name: getattr(options, name) for name in dir(options) if not name.startswith("_")}
+    return {"write_options": {name: value for name, value in settings.items() if not callable(value)}}
+
+
+def _check_json_args(args: dict) -> dict:
+    """Ray passes ``**pandas_json_args`` to pandas ``to_json`` (default ``orient="records", lines=True``);
+    this engine writes exactly that, JSON Lines, so only those values are accepted."""
+    for key, value in args.items():
+        if key not in JSON_DEFAULTS or value != JSON_DEFAULTS[key]:
+            raise ValueError(f"write_json({key}={value!r}): only Ray's default JSON Lines output (orient='records', "
+                             "lines=True) is written; other pandas to_json arguments are not supported")
+    return {}
+
+
+class _StagedWriter:
+    """One file being staged: a temporary name until the task has finished."""
+
+    def __init__(self, fs, root: str, task_key: str, file_format: str, options: SinkOptions, schema: pa.Schema):
+        self.fs, self.root, self.task_key = fs, root, task_key
+        self.file_format, self.options, self.schema = file_format, options, schema
+        self.tmp = f"{root}/.tmp-{task_key}-{uuid.uuid4().hex[:8]}"
+        stream = options.open_stream_args
+        self.out = fs.open_output_stream(self.tmp, compression=stream.get("compression"),
+                                         buffer_size=stream.get("buffer_size"))
+        self.rows = 0
+        args = dict(options.format_args)
+        self.row_group_size = args.pop("row_group_size", None)
+        self.writer = None
+        if file_format == "parquet":
+            self.writer = pq.ParquetWriter(self.out, schema, **args)
+        elif file_format == "csv":
+            options = pacsv.WriteOptions(**args["write_options"]) if "write_options" in args else None
+            self.writer = pacsv.CSVWriter(self.out, schema, write_options=options)
+
+    def room(self) -> int | None:
+        limit = self.options.max_rows_per_file
+        return None if limit is None else limit - self.rows
+
+    def write(self, table: pa.Table) -> None:
+        self.rows += table.num_rows
+        if self.file_format == "parquet":
+            self.writer.write_table(table, row_group_size=self.row_group_size)
+        elif self.file_format == "csv":
+            self.writer.write_table(table)
+        else:
+            for row in table.to_pylist():
+                self.out.write((json.dumps(row, default=str) + "\n").encode())
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.out.close()
+
+    def discard(self) -> None:
+        try:
+            if not self.out.closed:
+                self.out.close()
+        finally:
+            self.fs.delete_file(self.tmp)
+
+    def publish(self, name: str) -> StagedFile:
+        final = f"{self.root}/{name}"
+        self.fs.move(self.tmp, final)
+        return StagedFile(final, self.rows, self.fs.get_file_info(final).size, schema_columns(self.schema))
+
+
+def _same_schema(tables: Iterator[pa.Table], partition: int) -> Iterator[pa.Table]:
+    """The non-empty tables, refusing a change of schema within the partition."""
+    schema = None
+    for table in tables:
+        if not table.num_rows:
+            continue
+        if schema is None:
+            schema = table.schema
+        elif not table.schema.equals(schema):
+            raise TypeError(f"batch schema changed within partition {partition}: {schema} then {table.schema}")
+        yield table
+
+
+def _fill(files: list[_StagedWriter], table: pa.Table, new_file) -> None:
+    """Write ``table`` into the last file, starting a new one each time a file reaches max_rows_per_file."""
+    while table.num_rows:
+        if not files or files[-1].room() == 0:
+            if files:
+                files[-1].close()
+            files.append(new_file(table.schema))
+        room = files[-1].room()
+        part = table if room is None else table.slice(0, room)
+        files[-1].write(part)
+        table = table.slice(part.num_rows)
+
+
+def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, env,
+                      options: SinkOptions | None = None) -> None:
+    """Stream ``tables`` into this task's staged files; record them in ``env.written``.
+
+    Files stay under temporary names until the task has written them all: a task that
+    fails leaves nothing a commit would pick up, and a retry (same task key) writes the
+    same names again.
+    """
+    options = options or SinkOptions()
     (partition,) = env.partitions
     fs, root = resolve(path.rstrip("/"))
     root = staging_dir(root, env.run_id, partition)  # staging does not depend on the write's tag
     fs.create_dir(root, recursive=True)
-    final = f"{root}/part-{env.task_key}.{FILE_FORMATS[file_format]}"
-    tmp = f"{root}/.tmp-{env.task_key}-{uuid.uuid4().hex[:8]}"
-    rows = 0
-    writer = None
-    schema = None
+    files: list[_StagedWriter] = []
     try:
-        with fs.open_output_stream(tmp) as out:
-            for table in tables:
-                if not table.num_rows:
-                    continue
-                if schema is None:
-                    schema = table.schema
-                elif not table.schema.equals(schema):
-                    raise TypeError(f"batch schema changed within partition {partition}: {schema} then {table.schema}")
-                rows += table.num_rows
-                if file_format == "parquet":
-                    writer = writer or pq.ParquetWriter(out, table.schema)
-                    writer.write_table(table)
-                elif file_format == "csv":
-                    writer = writer or pacsv.CSVWriter(out, table.schema)
-                    writer.write_table(table)
-                else:
-                    _write_json_lines(table, out)
-            if writer is not None:
-                writer.close()
+        for table in _same_schema(tables, partition):
+            _fill(files, table, lambda schema: _StagedWriter(fs, root, env.task_key, file_format, options, schema))
+        if files:
+            files[-1].close()
     except BaseException as exc:
-        fs.delete_file(tmp)
+        for staged in files:
+            staged.discard()
         if is_disk_full(exc):  # say which file: the driver tells a full output disk from a full block dir
-            raise OSError(errno.ENOSPC, "No space left on device", final) from exc
+            raise OSError(errno.ENOSPC, "No space left on device", files[-1].tmp if files else root) from exc
         raise
-    if rows == 0:
-        fs.delete_file(tmp)
-        return
-    fs.move(tmp, final)
-    env.written.append(StagedFile(final, rows, fs.get_file_info(final).size, schema_columns(schema)))
+    ext = options.extension(file_format)
+    names = [f"part-{env.task_key}.{ext}" if len(files) == 1 else f"part-{env.task_key}-{n:05d}.{ext}"
+             for n in range(len(files))]
+    _remove_earlier_attempts(fs, root, env.task_key, names)
+    for name, staged in zip(names, files):
+        env.written.append(staged.publish(name))
+
+
+def _remove_earlier_attempts(fs, root: str, task_key: str, names: list[str]) -> None:
+    """Files an earlier attempt of this task published under names this one does not write
+    (it died between renames, and this attempt cut its rows into fewer files): the
+    partition's commit renames the whole directory, so they would be committed with it."""
+    for info in fs.get_file_info(pafs.FileSelector(root)):
+        if info.base_name.startswith(f"part-{task_key}") and info.base_name not in names:
+            fs.delete_file(info.path)

@@ -31,7 +31,7 @@ from collections import deque
 
 from airflow_streambatch.engine.execution.operators.base import Operator
 from airflow_streambatch.engine.execution.ordering import Order
-from airflow_streambatch.engine.plan.logical import MapBatches
+from airflow_streambatch.engine.plan.logical import MapBatches, sink_min_rows
 from airflow_streambatch.engine.worker.blocks import BlockRef
 from airflow_streambatch.engine.worker.task_runner import TaskSpec
 
@@ -61,6 +61,7 @@ class MapOperator(Operator):
         self.mix_partitions = False
         first = self.physical.transforms[0] if self.physical.transforms else None
         self.min_rows = first.batch_size if isinstance(first, MapBatches) and first.batch_size else 0
+        self.min_rows = max(self.min_rows, sink_min_rows(self.physical.transforms))  # write_*(min_rows_per_file=)
         self.ordered = self.ctx.execution_options.preserve_order
         # preserve_order: the smallest place of work pending upstream, set by the flow each turn
         # (None: nothing pending; () until first set, which bundles nothing but siblings)

@@ -5,6 +5,10 @@ ranges are slices of the input blocks (no data moves in the driver); each become
 one task that writes one block. The input blocks are released when the last of
 those tasks is done, since ranges share them. With ``preserve_order`` the input is
 cut in input order, and output block ``j`` takes place ``(j,)``.
+
+Before a write, output block ``j`` is also partition ``j``: the partition tracker
+relabels the ranges at the cut (`PartitionTracker.relabel_at_barrier`), so the write
+commits each output block once, as a partition of its own.
 """
 
 from __future__ import annotations
@@ -65,7 +69,10 @@ class RepartitionOperator(Operator):
             total = sum(ref.num_rows for ref in self.barrier_blocks)
             n = self.physical.num_blocks
             bounds = [round(i * total / n) for i in range(n + 1)]
-            self.groups.extend((j, g) for j, g in enumerate(_slice_rows(self.barrier_blocks, bounds)) if g)
+            groups = [(j, g) for j, g in enumerate(_slice_rows(self.barrier_blocks, bounds)) if g]
+            if flow.partitions.barriers_left:  # a write follows: output block j is its partition j
+                groups = flow.partitions.relabel_at_barrier(groups, n)
+            self.groups.extend(groups)
         if self.barrier_blocks and not self.groups and self.running_tasks == 0:
             for ref in self.barrier_blocks:
                 flow.release(ref)

@@ -1,0 +1,120 @@
+"""Ray Data's ``write_parquet``, ``write_json`` and ``write_csv``, on `Dataset`.
+
+Each write stages its files per partition and commits each partition at once
+(`execution/commit.py`, `docs/reliability.md`). A partition is an input partition,
+or after a ``repartition(n)`` one of its ``n`` output blocks: the repartition mixes
+every input partition into every output block, so the barrier relabels its output
+(`PartitionTracker.relabel_at_barrier`) and the write commits per output block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from airflow_streambatch.engine.execution import lease as write_lease
+from airflow_streambatch.engine.execution.commit import CommitRecord
+from airflow_streambatch.engine.execution.partitions import WRITE_MODES, WriteResult, prepare_write
+from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.plan.logical import Read, Repartition, ResourceRequest, WriteFiles
+from airflow_streambatch.engine.worker.sinks import SinkOptions
+
+OnCommit = Callable[[CommitRecord], None] | None
+
+
+class DatasetWrites:
+    """Mixed into `Dataset`; relies on its ``_logical``, ``_with`` and ``_iter_refs``."""
+
+    def write_parquet(self, path: str, *, mode: str = "append", on_commit: OnCommit = None,
+                      min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                      num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
+                      **arrow_parquet_args) -> WriteResult:
+        """Parquet files under ``path/p<partition>/``, each partition committed at once.
+
+        ``mode`` says what happens to output already under ``path``: ``"append"``
+        (Ray Data's default: add this write's partitions beside it), ``"resume"``
+        (finish an interrupted write: partitions committed from the same input are
+        skipped without running, a partition whose input changed is refused; not after a
+        ``repartition``), ``"overwrite"`` (delete what earlier writes committed, then
+        write), ``"error"`` (refuse if anything is there) or ``"ignore"`` (do nothing if
+        anything is there). ``on_commit`` is called in the driver with each partition's
+        commit record as it lands (the Airflow operator records progress with it). See
+        ``docs/reliability.md`` for how readers see only committed rows.
+
+        As in Ray Data, ``min_rows_per_file`` bundles input blocks until a file gets that
+        many rows (within a partition and ``DataContext.target_max_block_size``: a hint),
+        ``max_rows_per_file`` starts a new file once one has that many rows,
+        ``num_rows_per_file`` is the deprecated name of ``min_rows_per_file``, and
+        ``**arrow_parquet_args`` go to ``pyarrow.parquet.ParquetWriter`` (``compression``,
+        ``compression_level``, ``use_dictionary``, ...), except ``row_group_size``, which
+        goes to each ``write_table``. ``arrow_open_stream_args`` takes ``buffer_size``.
+        """
+        options = SinkOptions.make("parquet", min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file,
+                                   num_rows_per_file=num_rows_per_file, arrow_open_stream_args=arrow_open_stream_args,
+                                   format_args=arrow_parquet_args)
+        return self._write(path, "parquet", mode, on_commit, options)
+
+    def write_json(self, path: str, *, mode: str = "append", on_commit: OnCommit = None,
+                   min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                   num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
+                   **pandas_json_args) -> WriteResult:
+        """JSON Lines files (``.jsonl``), committed per partition like `write_parquet`, with its
+        ``mode``, ``on_commit`` and rows-per-file arguments.
+
+        Ray writes with pandas ``to_json(orient="records", lines=True)``; that output is what
+        is written here, and other ``**pandas_json_args`` are refused. With
+        ``arrow_open_stream_args={"compression": "gzip"}`` (or ``bz2``, ``zstd``, ``lz4``,
+        ``brotli``) each file is compressed and named ``.jsonl.gz`` etc., which readers infer.
+        """
+        options = SinkOptions.make("json", min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file,
+                                   num_rows_per_file=num_rows_per_file, arrow_open_stream_args=arrow_open_stream_args,
+                                   format_args=pandas_json_args)
+        return self._write(path, "json", mode, on_commit, options)
+
+    def write_csv(self, path: str, *, mode: str = "append", on_commit: OnCommit = None,
+                  min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                  num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
+                  **arrow_csv_args) -> WriteResult:
+        """CSV files with a header, committed per partition like `write_parquet`, with its
+        ``mode``, ``on_commit`` and rows-per-file arguments.
+
+        ``**arrow_csv_args`` are those of ``pyarrow.csv.write_csv``, as in Ray: ``write_options``
+        (a ``pyarrow.csv.WriteOptions``). ``arrow_open_stream_args={"compression": "gzip"}``
+        compresses each file and names it ``.csv.gz``, so ``read_csv`` infers the codec.
+        """
+        options = SinkOptions.make("csv", min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file,
+                                   num_rows_per_file=num_rows_per_file, arrow_open_stream_args=arrow_open_stream_args,
+                                   format_args=arrow_csv_args)
+        return self._write(path, "csv", mode, on_commit, options)
+
+    def _write(self, path: str, file_format: str, mode: str, on_commit: OnCommit, options: SinkOptions) -> WriteResult:
+        if mode not in WRITE_MODES:
+            raise ValueError(f"write_{file_format}(mode={mode!r}): mode must be one of {WRITE_MODES}")
+        if mode == "resume" and any(isinstance(op, Repartition) for op in self._logical):
+            raise ValueError(
+                f"write_{file_format}(mode='resume') after repartition(): a resumed write skips the partitions an "
+                "earlier run committed, but each block of a repartition holds rows of every input partition, so no "
+                "committed block can be matched to its input; use mode='overwrite' to write it again"
+            )
+        source = self._logical[0]
+        if isinstance(source, Read):
+            check_disjoint(source.datasource.paths, path, f"write_{file_format}")
+        existing = prepare_write(path, mode)
+        if existing is not None:  # mode="ignore" and the path holds output
+            return WriteResult(path, skipped=existing)
+        name = f"Write{file_format.capitalize()}"
+        sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=path, file_format=file_format,
+                          options=options)
+        written = self._with(sink)
+        try:
+            for _ in written._iter_refs(on_commit=on_commit, write_mode=mode):
+                pass
+        except BaseException:
+            unclaimed = write_lease.claim(path)  # the run failed before taking over the lease
+            if unclaimed is not None:
+                unclaimed.release()
+            raise
+        executor = written._last_executor
+        self._last_stats = written._last_stats
+        return WriteResult(path, dict(executor.partitions.committed), dict(executor.skipped),
+                           list(executor.partitions.failures.values()))
