@@ -5,6 +5,7 @@ watcher are in test_partition_tracker_and_streams.py)."""
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -327,3 +328,44 @@ def test_check_feasible_names_the_setting():
         pool.check_feasible(req(num_cpus=5), "Map(f)")
     with pytest.raises(ValueError, match=r"tpu=2\.5 .*'tpu': 3"):
         pool.check_feasible(req(resources={"tpu": 2.5}), "Embed")
+
+
+# -- the threads that submit Spark jobs ----------------------------------------------------
+
+
+def test_job_threads_are_reused_and_exit_when_closed():
+    """A thread per job opened a Py4J connection and a JVM thread per job; the run's jobs now
+    share threads, at most as many as ran at once."""
+    import threading
+
+    from airflow_streambatch.engine.spark.backend import _JobThreads
+
+    threads = _JobThreads("test-run")
+    release, done = threading.Event(), []
+    started = threading.Semaphore(0)
+
+    def job(i):
+        started.release()
+        release.wait(10)
+        done.append((i, threading.current_thread().name))
+
+    for i in range(3):
+        threads.submit(job, i)
+    for _ in range(3):
+        assert started.acquire(timeout=10)
+    release.set()
+    deadline = time.monotonic() + 10
+    while len(done) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for i in range(3, 6):  # three more, one after another: the idle threads take them
+        threads.submit(job, i)
+        assert started.acquire(timeout=10)
+    while len(done) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    names = {name for _, name in done}
+    assert sorted(i for i, _ in done) == list(range(6)) and len(names) == 3
+    threads.close()
+    deadline = time.monotonic() + 10
+    while any(t.name in names for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name in names for t in threading.enumerate())

@@ -172,6 +172,7 @@ class StreamingExecutor:
             if error is not None or self.launcher.launches:
                 self.backend.cancel()
                 self._await_cancelled(CANCEL_WAIT_S)
+            self.backend.close()
             if self.committer is not None:
                 self.committer.cleanup()
             self.stats.finish(self.operators, self.memory.peak)

@@ -2,9 +2,13 @@
 
 Each launch is one Spark job whose partitions each run one or more tasks of a
 single operator (Drizzle's group scheduling: a job costs 50-100 ms of driver and
-executor overhead here, so small tasks must share one). Jobs are submitted from
-their own `InheritableThread`, in a FAIR pool named after the operator so CPU and
-GPU work share executors, and tagged with the run so a failure can cancel them all.
+executor overhead here, so small tasks must share one). Jobs are submitted from a
+pool of threads that lives as long as the run, in a FAIR pool named after the
+operator so CPU and GPU work share executors, and tagged with the run so a failure
+can cancel them all. A thread per job (PySpark's `InheritableThread`) opened a new
+Py4J connection and JVM thread for every job; a job sets every local property it
+needs (pool, description, tags, resources) and clears its tags, so reused threads
+carry nothing from one job to the next.
 On a cluster an operator that asks for GPUs or custom resources runs its jobs under a
 resource profile (`profiles.py`), so Spark places its tasks where those resources are.
 """
@@ -12,13 +16,13 @@ resource profile (`profiles.py`), so Spark places its tasks where those resource
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
 from airflow_streambatch.engine.spark.profiles import SPARK_RESOURCES_PROPERTY, job_property, profile_for
@@ -44,6 +48,7 @@ class SparkBackend:
         self.run_tag = run_tag
         self.outcomes: queue.Queue[JobOutcome] = queue.Queue()
         self._requests: dict[bytes, dict[str, float]] = {}  # operator payload -> its request, for `run_now`
+        self._threads = _JobThreads(run_tag)
 
     def submit(self, launch_id: int, pool: str, op_blob: bytes, groups: list[list[bytes]],
                resources: Mapping[str, float] | None = None) -> None:
@@ -51,9 +56,11 @@ class SparkBackend:
         ``resources``: what each task of the operator asks for (``{"CPU": 1}``, ``{"GPU": 1}``)."""
         request = dict(resources or {})
         self._requests[op_blob] = request
-        thread = InheritableThread(target=self._run_job, args=(launch_id, pool, op_blob, groups, request),
-                                   daemon=True)
-        thread.start()
+        self._threads.submit(self._run_job, launch_id, pool, op_blob, groups, request)
+
+    def close(self) -> None:
+        """The run ended: its job threads exit once idle (none waits for them)."""
+        self._threads.close()
 
     def _job(self, op_blob: bytes, groups: list[list[bytes]], request: Mapping[str, float]):
         """The job's RDD, one group of tasks per partition; under the operator's resource profile, if it has one."""
@@ -118,3 +125,38 @@ class SparkBackend:
             self.sc.cancelJobsWithTag(self.run_tag)
         except Exception:  # noqa: BLE001 - best effort on shutdown
             pass
+
+
+class _JobThreads:
+    """Daemon threads that submit a run's jobs, each reused by later jobs once its own ended:
+    at most as many as jobs ever ran at once. Daemons, as the per-job threads were, so a job
+    still running when the interpreter exits (a cancel that has not landed yet) never holds it."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, fn, *args) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # an idle thread takes it (or one that is about to wait)
+            else:
+                self._threads += 1
+                threading.Thread(target=self._serve, name=f"{self._name}-job-{self._threads}", daemon=True).start()
+        self._work.put((fn, args))
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            fn, args = item
+            fn(*args)
+            with self._lock:
+                self._idle += 1
+
+    def close(self) -> None:
+        with self._lock:
+            for _ in range(self._threads):
+                self._work.put(None)
+            self._threads = self._idle = 0
