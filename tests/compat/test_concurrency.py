@@ -2,7 +2,8 @@
 
 Ray's forms: ``n`` for a function or a class; for a class also an actor pool ``(min, max)``
 or ``(min, max, initial)`` with ``min <= initial <= max``; a tuple for a function is an error.
-Here the cap is on running tasks (the pool's maximum): see docs/ray-compatibility.md.
+Here the pool's maximum caps the running tasks and, for a class, the live instances
+(`test_live_instances.py`): see docs/ray-compatibility.md.
 """
 
 from __future__ import annotations

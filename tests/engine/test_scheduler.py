@@ -36,6 +36,38 @@ def test_conservative_policy_never_exceeds_the_memory_limit(ctx):
     assert stats.ops[0].bytes_out >= 64 * MiB  # six times the limit streamed through
 
 
+def _expand_after_a_while(batch):  # 8 bytes in, four 2 MiB blocks out, once every task has started
+    time.sleep(1.0)
+    for _ in range(4):
+        yield {"id": list(batch["id"]) * 2, "payload": [bytes(MiB)] * 2}
+
+
+def test_tasks_started_before_their_operators_first_block_ask_for_memory(ctx):
+    """Before any block of an operator existed, its tasks were granted blocks by their input's
+    size: four tasks of 8 bytes then wrote 2 MiB blocks without asking, to 11 MiB under a
+    6 MiB limit (W8 found adaptive runs at 3x their limit)."""
+    ctx.memory_limit = 6 * MiB
+    ctx.target_max_block_size = 2 * MiB
+    ds = (sb.range(8, override_num_blocks=8).map_batches(_expand_after_a_while, num_cpus=0.5)  # not fused
+          .map_batches(_slow_shrink, num_cpus=0.25, batch_format="pyarrow"))
+    assert ds.count() == 64
+    assert 0 < ds.last_run_stats.peak_memory_bytes <= 6 * MiB + 4096
+
+
+def test_one_cpu_slot_does_not_hang_before_a_repartition(ctx):
+    """A repartition waiting for the rest of its input once kept the only CPU slot from the
+    source that had to produce it: the run waited forever, and nothing said why (W8)."""
+    import threading
+
+    ctx.resources = {"CPU": 1}
+    ds = sb.range(8, override_num_blocks=4).map_batches(_slow_shrink, batch_format="pyarrow").repartition(2)
+    counted: list[int] = []
+    runner = threading.Thread(target=lambda: counted.append(ds.count()), daemon=True)
+    runner.start()
+    runner.join(120)
+    assert counted == [8], "the run did not finish within 120 s"
+
+
 def test_adaptive_policy_finishes_under_pressure_and_pipelines(ctx):
     ctx.memory_limit = 10 * MiB
     ctx.target_max_block_size = 2 * MiB

@@ -7,7 +7,9 @@ records are numbered, and a number already taken is not taken again), and the ta
 grant, which a waiting task's ``grant`` call blocks on (`worker/streams.py` is the
 task side). Host agents (`worker/host_agent.py`) call
 ``agent`` every second to learn which runs are still alive: the block directories of
-the others are removed on their hosts.
+the others are removed on their hosts. Tasks that build stateful UDF instances of an
+operator with a concurrency cap ask it for an instance slot (``instance_*`` actions,
+`instance_slots.py`), so at most that many instances live at once.
 
 Every call must carry the secret made when the server started; the server binds to
 the address executors reach the driver at (``spark.driver.host``).
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.flight as flight
 
+from airflow_streambatch.engine.execution.instance_slots import InstanceSlots
 from airflow_streambatch.engine.worker.control_client import ControlInfo
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
@@ -46,6 +49,7 @@ class ControlServer(flight.FlightServerBase):
         self._cond = threading.Condition()
         self._streams: dict[str, _Stream] = {}
         self._live_runs: set[str] = set()
+        self.instances = InstanceSlots()
 
     def info(self, timeout_s: float) -> ControlInfo:
         return ControlInfo(self.uri, self.token, self.driver_id, timeout_s)
@@ -84,6 +88,11 @@ class ControlServer(flight.FlightServerBase):
         """The run's blocks are no longer needed anywhere: host agents remove them."""
         with self._cond:
             self._live_runs.discard(run_id)
+        self.end_instances(run_id)
+
+    def end_instances(self, run_id: str) -> None:
+        """The run launches no more tasks: its stateful UDF instances are released where they live."""
+        self.instances.end_run(run_id)
 
     # -- what tasks and agents call ----------------------------------------------------
     def do_action(self, context, action):
@@ -93,7 +102,10 @@ class ControlServer(flight.FlightServerBase):
             raise flight.FlightServerError("malformed request") from None
         if not hmac.compare_digest(str(body.get("token", "")), self.token):
             raise flight.FlightUnauthenticatedError("wrong or missing token")
-        handler = {"stream": self._stream, "grant": self._grant, "agent": self._agent}.get(action.type)
+        handler = {"stream": self._stream, "grant": self._grant, "agent": self._agent,
+                   "instance_acquire": self.instances.acquire, "instance_poll": self.instances.poll,
+                   "instance_offer": self.instances.offer, "instance_released": self.instances.released,
+                   }.get(action.type)
         if handler is None:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
         return [json.dumps(handler(body)).encode()]

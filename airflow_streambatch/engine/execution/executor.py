@@ -175,6 +175,7 @@ class StreamingExecutor:
             self.backend.close()
             if self.committer is not None:
                 self.committer.cleanup()
+            self.control.end_instances(self.run_id)  # stateful UDF instances are released where they live
             self.stats.finish(self.operators, self.memory.peak)
             self.stats.failed_partitions = list(self.partitions.failures.values())
             if self.ctx.progress_interval_s:

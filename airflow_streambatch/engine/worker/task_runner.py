@@ -177,7 +177,8 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     inputs, lost, fetched = _fetch_inputs(op, spec)
     if lost:  # the driver rebuilds them by lineage, then runs this task again
         return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost)
-    env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions)
+    env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions,
+                  control=op.control)
     gpu_env(env.gpu_ids)
     output = TaskOutput(op, spec)
     builder = BlockBuilder(op.target_block_bytes, output.emit)
@@ -209,6 +210,8 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
             error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(), no_space=no_space,
             exception=portable_exception(exc),
         )
+    finally:
+        env.end_task()  # its stateful UDF instances go idle, or are released (`udf.py`)
     return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
         spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,
         sum(ref.size_bytes for ref in output.blocks), files=env.written, fetched_bytes=fetched,

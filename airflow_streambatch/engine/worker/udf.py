@@ -2,9 +2,20 @@
 and the GPUs a task may see. Plan nodes (`plan/logical.py`) delegate here.
 
 A class passed as ``fn`` (to ``map_batches``, ``map``, ``flat_map`` or ``filter``)
-is a stateful UDF: it is built once per Python worker
-process (Spark reuses workers between tasks) and kept in ``_INSTANCES`` under the
-operator's id and the task's GPU ids, so a model loads once per worker and device.
+is a stateful UDF: it is built once per Python worker process (Spark reuses workers
+between tasks) and kept there, so a model loads once per worker and device, not per task.
+
+With ``concurrency`` (``n``, or an actor pool's maximum), the class is Ray's actor pool
+of at most ``n`` actors: at most ``n`` instances of the operator are *live* at once in
+the whole application, per run, whichever Python workers and hosts they are in. An
+instance is built only under a slot the driver grants, and an idle one is deleted (then
+``gc.collect()`` and, where torch uses CUDA, ``torch.cuda.empty_cache()``) when a task in
+another worker needs the slot, and when the run ends (`instance_lease.py`). Instances
+whose worker holds them already cost no call to the driver.
+
+Without ``concurrency`` an instance is kept in ``_INSTANCES`` under the operator's id and
+the task's GPU ids until its worker exits, as before; so is one that runs outside the
+engine's executor (no control plane to ask).
 """
 
 from __future__ import annotations
@@ -18,8 +29,10 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import from_udf_output, rebatch, rows_to_table, to_format
+from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.worker.instance_lease import Lease, end_task, instance_for
 
-# (operator uid, gpu ids) -> constructed stateful UDF, per Python worker process.
+# (operator uid, gpu ids) -> constructed stateful UDF without a concurrency cap, per Python worker process.
 _INSTANCES: dict[tuple[str, tuple[str, ...]], Any] = {}
 
 
@@ -32,17 +45,29 @@ class TaskEnv:
     run_id: str = ""
     partitions: tuple[int, ...] = ()
     written: list[tuple[str, int, int]] = field(default_factory=list)  # sink files: (path, rows, bytes)
+    control: ControlInfo | None = None  # the driver's control plane: capped stateful UDFs get slots there
+    leases: list[Lease] = field(default_factory=list)  # capped instances this task uses
+
+    def end_task(self) -> None:
+        """The task is over: its capped instances go idle, or are released if the driver wants them."""
+        leases, self.leases = self.leases, []
+        end_task(leases)
 
 
 def _udf(transform, env: TaskEnv) -> Callable:
     """The function to call: ``fn`` itself, or this worker's instance of a stateful UDF class."""
     if not inspect.isclass(transform.fn):
         return transform.fn
+
+    def build():
+        return transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
+
+    if transform.compute.concurrency is not None and env.control is not None:
+        return instance_for(transform, env, build)
     key = (transform.uid, env.gpu_ids)
     instance = _INSTANCES.get(key)
     if instance is None:
-        instance = transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
-        _INSTANCES[key] = instance
+        instance = _INSTANCES[key] = build()
     return instance
 
 

@@ -115,15 +115,17 @@ class Operator:
 
     def usable_slots(self) -> int:
         """Free slots, leaving one task's resources (and a Spark task slot) to each
-        downstream operator that runs nothing and has input queued: the consumer of
+        downstream operator that runs nothing and could start a task now: the consumer of
         this operator's blocks must be able to start, or memory never drains (Ray Data
-        reserves resources per operator for the same reason). A consumer with nothing
-        queued keeps nothing: W4's embedding ran on one of two CPU slots while the other
-        was kept for a write that needed 1 s in all. Slots already held by tasks that
-        wait for memory are taken back by preemption (`liveness.Liveness.preempt`)."""
+        reserves resources per operator for the same reason). A consumer that cannot start
+        keeps nothing: W4's embedding ran on one of two CPU slots while the other was kept
+        for a write that needed 1 s in all, and with one CPU slot a repartition waiting for
+        the rest of its input kept the only slot from the source that had to produce it
+        (W8 hung). Slots already held by tasks that wait for memory are taken back by
+        preemption (`liveness.Liveness.preempt`)."""
         keep: dict[str, float] = {}
         for op in self.downstream:
-            if op.running_tasks == 0 and not op.done and op.queued():
+            if op.running_tasks == 0 and not op.done and op.has_input():
                 for name, amount in op.compute.resources:
                     keep[name] = keep.get(name, 0.0) + amount
                 keep[TASK_SLOTS] = keep.get(TASK_SLOTS, 0.0) + 1
@@ -131,10 +133,11 @@ class Operator:
 
     # -- common -------------------------------------------------------------------
     def block_estimate(self, input_bytes: int = 0) -> int:
-        """Bytes of the next block this operator writes: its largest so far, or before any,
-        the task's input size (output as large as input), at most the target."""
+        """Bytes of the next block this operator writes: its largest so far, or before any, the
+        target. (The task's input size was used before any block: a task of 1 KiB of input then
+        wrote thousands of 2 MiB blocks without asking, carrying W8 runs to 3x their limit.)"""
         target = self.ctx.target_max_block_size
-        return min(target, self.largest_block or input_bytes or target)
+        return min(target, self.largest_block or target)
 
     def ready_tasks(self) -> int:
         """About how many tasks could start now (blocks stand in for bundles)."""
