@@ -58,16 +58,16 @@ QUICK = (Expanding(paths=12, load_s=0.5, rows_out=8), Cheap(blocks=256))
 
 
 def load(batch, cfg: Expanding):
-    import numpy as np
+    import pyarrow as pa
 
-    time.sleep(cfg.load_s * len(batch["id"]))
-    ids = np.repeat(batch["id"], cfg.rows_out)
-    return {"id": ids, "data": np.zeros((len(ids), MiB), dtype=np.uint8)}
+    time.sleep(cfg.load_s * batch.num_rows)
+    ids = [i for i in batch["id"].to_pylist() for _ in range(cfg.rows_out)]
+    return pa.table({"id": ids, "data": pa.array([bytes(MiB)] * len(ids), pa.binary())})
 
 
 def infer(batch, cfg: Expanding):
     time.sleep(cfg.batch_s)
-    return {"id": batch["id"]}
+    return batch.select(["id"])
 
 
 def cheap_map(batch, row_s: float):
@@ -81,8 +81,8 @@ def run_expanding(cfg: Expanding, one_per_task: bool) -> dict:
     knobs = {"target_min_block_size": 1} if one_per_task else {}
     engine_context(resources={"CPU": CPUS, "GPU": GPUS}, memory_limit=cfg.memory_limit_mib * MiB, **knobs)
     ds = (sb.range(cfg.paths).repartition(cfg.paths)
-          .map_batches(partial(load, cfg=cfg))
-          .map_batches(partial(infer, cfg=cfg), batch_size=20, num_gpus=1))
+          .map_batches(partial(load, cfg=cfg), batch_format="pyarrow")
+          .map_batches(partial(infer, cfg=cfg), batch_size=20, num_gpus=1, batch_format="pyarrow"))
     start = time.perf_counter()
     rows = ds.count()
     wall = time.perf_counter() - start
