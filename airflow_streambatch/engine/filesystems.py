@@ -8,6 +8,13 @@ from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
+# A file name's last suffix -> the stream codec it names, as Ray infers it (pyarrow's detection,
+# plus Snappy, which is read in Hadoop's framing and never written): reads infer a codec from a
+# name with it, and writes name a compressed file by it, so they read back
+COMPRESSION_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4", ".br": "brotli",
+                        ".snappy": "snappy"}
+OPEN_STREAM_ARGS = ("compression", "buffer_size")  # what ``arrow_open_stream_args`` takes, on reads and writes
+
 
 def resolve(path: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path within it."""

@@ -272,7 +272,7 @@ def _json_reader(lines: bool, opts: FileOptions, json_args: dict | None = None):
             with opts.open_file(fragment.path) as handle:
                 data = read_line_range(handle, *fragment.byte_range)
         if data.strip():  # a range inside one long line holds no line of its own
-            yield opts.finish(json_table(data, lines, fragment.byte_range is None, json_args or {}), fragment.path)
+            yield opts.finish(json_table(data, lines, fragment.byte_range is None, json_args), fragment.path)
 
     return reader
 

@@ -19,13 +19,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.filesystems import resolve_in
+from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_STREAM_ARGS, resolve_in
 
-# A file name's last suffix -> its codec, as Ray infers it (pyarrow's detection, plus Snappy)
-COMPRESSION_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4", ".br": "brotli",
-                        ".snappy": "snappy"}
-CODECS = frozenset({"gzip", "bz2", "zstd", "lz4", "brotli", "snappy"})
-_STREAM_ARGS = frozenset({"compression", "buffer_size"})
+CODECS = frozenset(COMPRESSION_SUFFIXES.values())
+_STREAM_ARGS = frozenset(OPEN_STREAM_ARGS)
 _PARTITION_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
 

@@ -28,13 +28,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.errors import check_positive_int, is_disk_full
-from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_STREAM_ARGS, resolve
 from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns, staging_dir
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
 # the stream codecs pyarrow writes, and the extension this engine's readers infer each from
-CODEC_EXTENSIONS = {"gzip": "gz", "bz2": "bz2", "zstd": "zst", "lz4": "lz4", "brotli": "br"}
-OPEN_STREAM_KEYS = ("compression", "buffer_size")
+CODEC_EXTENSIONS = {codec: suffix[1:] for suffix, codec in COMPRESSION_SUFFIXES.items() if codec != "snappy"}
 JSON_DEFAULTS = {"orient": "records", "lines": True}  # Ray's pandas to_json defaults: JSON Lines
 # Ray Data's own write arguments that this engine does not take: refused by name, never passed on to
 # pyarrow (ParquetWriter would take ``filesystem`` and ignore it for a stream)
@@ -97,10 +96,10 @@ def _min_rows(where: str, min_rows_per_file, num_rows_per_file) -> int | None:
 
 def _check_open_stream_args(where: str, file_format: str, args) -> dict:
     args = dict(args or {})
-    unknown = sorted(set(args) - set(OPEN_STREAM_KEYS))
+    unknown = sorted(set(args) - set(OPEN_STREAM_ARGS))
     if unknown:
         raise ValueError(f"{where}(arrow_open_stream_args=...): unsupported key(s) {unknown}; "
-                         f"the supported keys are {list(OPEN_STREAM_KEYS)}")
+                         f"the supported keys are {list(OPEN_STREAM_ARGS)}")
     codec = args.get("compression")
     if codec is not None and file_format == "parquet":
         raise ValueError(f"{where}(arrow_open_stream_args={{'compression': {codec!r}}}): Parquet compresses inside "
