@@ -21,7 +21,7 @@ from airflow_streambatch.engine.execution.failures import (
     root_cause,
 )
 from airflow_streambatch.engine.execution.flow import BlockFlow
-from airflow_streambatch.engine.execution.launcher import Launch, Launcher
+from airflow_streambatch.engine.execution.launcher import Launcher
 from airflow_streambatch.engine.execution.lineage import LineageTable
 from airflow_streambatch.engine.execution.memory import MemoryGrants
 from airflow_streambatch.engine.execution.operators import Operator
@@ -44,8 +44,12 @@ class Completions:
         self.grants = grants
         self._attempts: dict[tuple[int, str], int] = {}  # (operator, task key) -> failed runs
 
-    def job_finished(self, launch: Launch, results: list[TaskResult] | None, error: BaseException | None) -> None:
-        op, specs = launch.op, launch.specs
+    def tasks_ended(self, op: Operator, specs: list[TaskSpec], results: list[TaskResult] | None,
+                    error: BaseException | None = None, timed_out: bool = False) -> None:
+        """Tasks ``specs`` of ``op`` ended: with ``results`` (a check-in, or their job's), or,
+        when ``results`` is None, in a Spark job that failed with ``error``."""
+        if not specs:
+            return
         if results is None:  # a worker crashed, an executor was lost, or the job timed out
             if len(specs) > 1:  # which task is at fault is unknown: run each alone, charging none a try
                 log.warning("%s: a Spark job of %d tasks failed (%s); running each task alone to find the one at "
@@ -56,7 +60,7 @@ class Completions:
                 op.stats.retried(len(specs))
                 return
             message = job_failure_message(error, op.name, specs[0].partitions,
-                                          self.ctx.task_timeout_s if launch.timed_out else None)
+                                          self.ctx.task_timeout_s if timed_out else None)
             self._failed(op, specs[0], message, str(error))
             return
         for spec, result in zip(specs, results):

@@ -9,7 +9,8 @@ task side). Host agents (`worker/host_agent.py`) call
 ``agent`` every second to learn which runs are still alive: the block directories of
 the others are removed on their hosts. Tasks that build stateful UDF instances of an
 operator with a concurrency cap ask it for an instance slot (``instance_*`` actions,
-`instance_slots.py`), so at most that many instances live at once.
+`instance_slots.py`), so at most that many instances live at once. A Spark partition that
+ran its tasks checks in for more (``check_in``, `check_ins.py`).
 
 Every call must carry the secret made when the server started; the server binds to
 the address executors reach the driver at (``spark.driver.host``).
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.flight as flight
 
+from airflow_streambatch.engine.execution.check_ins import CheckInDesk
 from airflow_streambatch.engine.execution.instance_slots import InstanceSlots
 from airflow_streambatch.engine.worker.control_client import ControlInfo
 
@@ -50,6 +52,7 @@ class ControlServer(flight.FlightServerBase):
         self._streams: dict[str, _Stream] = {}
         self._live_runs: set[str] = set()
         self.instances = InstanceSlots()
+        self.check_ins = CheckInDesk()
 
     def info(self, timeout_s: float) -> ControlInfo:
         return ControlInfo(self.uri, self.token, self.driver_id, timeout_s)
@@ -105,7 +108,7 @@ class ControlServer(flight.FlightServerBase):
         handler = {"stream": self._stream, "grant": self._grant, "agent": self._agent,
                    "instance_acquire": self.instances.acquire, "instance_poll": self.instances.poll,
                    "instance_offer": self.instances.offer, "instance_released": self.instances.released,
-                   }.get(action.type)
+                   "check_in": self.check_ins.check_in}.get(action.type)
         if handler is None:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
         return [json.dumps(handler(body)).encode()]

@@ -23,6 +23,7 @@ import uuid
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.block_access import BlockAccess
+from airflow_streambatch.engine.execution.check_ins import CheckIn
 from airflow_streambatch.engine.execution.commit import PartitionCommitter
 from airflow_streambatch.engine.execution.completion import Completions
 from airflow_streambatch.engine.execution.control_server import control_server
@@ -32,7 +33,7 @@ from airflow_streambatch.engine.execution.launcher import Launcher
 from airflow_streambatch.engine.execution.lineage import LineageTable
 from airflow_streambatch.engine.execution.liveness import Liveness, fit_blocks_to_memory_limit
 from airflow_streambatch.engine.execution.memory import BlockLedger, Heartbeat, MemoryBudget, MemoryGrants
-from airflow_streambatch.engine.execution.operators import build_operators
+from airflow_streambatch.engine.execution.operators import Operator, build_operators
 from airflow_streambatch.engine.execution.operators.map import MapOperator
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
 from airflow_streambatch.engine.execution.policies import make_policy
@@ -45,6 +46,7 @@ from airflow_streambatch.engine.spark.backend import SparkBackend
 from airflow_streambatch.engine.spark.profiles import check_stage_scheduling, spark_assigns_gpus
 from airflow_streambatch.engine.spark.session import get_spark, ship_package, slots_from_spark, spark_task_slots
 from airflow_streambatch.engine.worker.blocks import BlockRef, create_run_dir
+from airflow_streambatch.engine.worker.task_runner import TaskResult
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -116,11 +118,12 @@ class StreamingExecutor:
                                  self.run_dir, self.run_id, self.stats.launch_log, self.blocks,
                                  host_agents=not self.spark.sparkContext.master.startswith("local"))
         self.flow.running_orders = lambda index: [spec.order for launch in self.launcher.launches.values()
-                                                  if launch.op.index == index for spec in launch.specs]
+                                                  for spec in launch.running(index)]
         self.completions = Completions(self.ctx, self.flow, self.partitions, self.lineage, self.launcher, self.grants)
         self.liveness = Liveness(self.ctx, streams, self.backend, policy)
         create_run_dir(self.ctx.block_dir, self.run_id)
         self.control.start_run(self.run_id)
+        self.control.check_ins.open(self.run_id, self.backend.outcomes.put)
         warn_if_block_dir_small(self.ctx)
         if self.committer is not None:
             self.committer.claim_staging()
@@ -169,9 +172,16 @@ class StreamingExecutor:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             error = exc
         finally:
+            if error is None:  # partitions told to stop end their jobs on their own
+                self._await_jobs(CANCEL_WAIT_S)
             if error is not None or self.launcher.launches:
                 self.backend.cancel()
-                self._await_cancelled(CANCEL_WAIT_S)
+                self._await_jobs(CANCEL_WAIT_S)
+                if self.launcher.launches:
+                    log.warning("%d Spark job(s) of run %s did not end within %.0f s of being cancelled; their "
+                                "staged files are swept by the next write", len(self.launcher.launches), self.run_id,
+                                CANCEL_WAIT_S)
+            self.control.check_ins.close(self.run_id)
             self.backend.close()
             if self.committer is not None:
                 self.committer.cleanup()
@@ -183,17 +193,17 @@ class StreamingExecutor:
                     log.info("%s", progress_line(op, final=True))
             self.outputs.put(error if error is not None else DONE)
 
-    def _await_cancelled(self, bound_s: float) -> None:
-        """Wait, at most ``bound_s``, for cancelled jobs to end: a task that started just
-        before the cancel would otherwise stage files after the cleanup removed them."""
+    def _await_jobs(self, bound_s: float) -> None:
+        """Wait, at most ``bound_s``, for the run's Spark jobs to end, sending partitions that
+        check in away: a task that started just before a cancel would otherwise stage files
+        after the cleanup removed them."""
         deadline = time.monotonic() + bound_s
         while self.launcher.launches and time.monotonic() < deadline:
             outcome = self.launcher.next_outcome(timeout=0.1)
-            if outcome is not None:
+            if isinstance(outcome, CheckIn):
+                outcome.answer([])
+            elif outcome is not None:
                 self.launcher.launches.pop(outcome.launch_id, None)
-        if self.launcher.launches:
-            log.warning("%d Spark job(s) of run %s did not end within %.0f s of being cancelled; their staged files "
-                        "are swept by the next write", len(self.launcher.launches), self.run_id, bound_s)
 
     def _loop(self) -> None:
         last_tick = last_progress = time.monotonic()
@@ -222,16 +232,17 @@ class StreamingExecutor:
 
     def _schedule(self) -> None:
         """Sources launch as the policy allows; then free slots go to the operator it picks."""
+        while (op := self._next_operator()) is not None:
+            self.launcher.launch(op)
+
+    def _next_operator(self) -> Operator | None:
+        """The operator a free slot goes to now, if any: the source while the policy lets it
+        start tasks, else the one the policy picks among those that could start one."""
         source, rest = self.operators[0], self.operators[1:]
-        while True:
-            if source.has_input() and self.policy.may_launch(source) and source.usable_slots() > 0:
-                self.launcher.launch(source)
-                continue
-            chosen = self.policy.pick([op for op in rest if op.runs_tasks and op.has_input()
-                                       and op.usable_slots() > 0 and self.policy.may_launch(op)])
-            if chosen is None:
-                return
-            self.launcher.launch(chosen)
+        if source.has_input() and self.policy.may_launch(source) and source.usable_slots() > 0:
+            return source
+        return self.policy.pick([op for op in rest if op.runs_tasks and op.has_input()
+                                 and op.usable_slots() > 0 and self.policy.may_launch(op)])
 
     def _collect(self, timeout: float) -> None:
         if not self.launcher.launches:
@@ -239,9 +250,33 @@ class StreamingExecutor:
             return
         outcome = self.launcher.next_outcome(timeout)
         while outcome is not None:
-            self.grants.follow(self.flow.emit, grant=False)  # blocks announced just before the job ended
-            launch, results = self.launcher.finish(outcome)
-            self.liveness.job_ended(outcome.launch_id)
+            self.grants.follow(self.flow.emit, grant=False)  # blocks announced just before the tasks ended
             self.heartbeat.beat()
-            self.completions.job_finished(launch, results, outcome.error)
+            if isinstance(outcome, CheckIn):
+                self._checked_in(outcome)
+            else:
+                launch, left, results = self.launcher.finish(outcome)
+                self.liveness.job_ended(outcome.launch_id)
+                for op, specs in left:
+                    mine = None if results is None else results[:len(specs)]
+                    results = None if results is None else results[len(specs):]
+                    self.completions.tasks_ended(op, specs, mine, outcome.error, launch.timed_out)
             outcome = self.launcher.next_outcome(0)
+
+    def _checked_in(self, check_in: CheckIn) -> None:
+        """A Spark partition ran its tasks: pass their results on, then give it more tasks if
+        its slot would go to its operator anyway (`check_ins.py`), or let it end."""
+        op, specs, results = self.launcher.check_in(check_in)
+        self.completions.tasks_ended(op, specs, results)
+        payload, more = None, []
+        launch = self.launcher.launches[check_in.launch_id]
+        if not (self._stop.is_set() or launch.timed_out or check_in.launch_id in self.liveness.emptying
+                or any(result.yielded for result in results)):
+            self.flow.advance()
+            chosen = self._next_operator()
+            if chosen is not None and self.launcher.can_run(check_in.launch_id, chosen):
+                payload, more = self.launcher.extend(check_in.launch_id, check_in.part, chosen)
+        if not check_in.answer(more, payload) and more:  # it stopped waiting: what it was handed runs again
+            op, specs = self.launcher.take_back(check_in.launch_id, check_in.part)
+            self.completions.tasks_ended(op, specs, [TaskResult(s.task_key, [], 0.0, 0, 0, yielded=True)
+                                                     for s in specs])

@@ -1,9 +1,10 @@
-"""Launches: packing an operator's next tasks into one Spark job, and unpacking its outcome.
+"""Launches: packing an operator's next tasks into one Spark job, feeding its partitions
+more as they check in, and unpacking what comes back.
 
 A launch takes one Spark partition per usable slot, each running up to
-``sizer.depth`` tasks in turn (group scheduling, `spark/group_sizer.py`). Each task
-gets a memory reservation the policy sizes, its slot's GPU ids, and an output
-stream the driver watches (`memory.MemoryGrants`).
+``sizer.depth`` tasks in turn (group scheduling, `spark/group_sizer.py`), then asking
+for more (`check_ins.py`). Each task gets a memory reservation the policy sizes, its
+slot's GPU ids, and an output stream the driver watches (`memory.MemoryGrants`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from pyspark import cloudpickle
 
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.block_access import BlockAccess
+from airflow_streambatch.engine.execution.check_ins import CheckIn
 from airflow_streambatch.engine.execution.memory import MemoryBudget, MemoryGrants
 from airflow_streambatch.engine.execution.operators import Operator
 from airflow_streambatch.engine.execution.policies import SchedulingPolicy
@@ -28,13 +31,38 @@ from airflow_streambatch.engine.worker.task_runner import OperatorPayload, TaskR
 
 @dataclass
 class Launch:
-    """One Spark job in flight: its operator, tasks and slots, and its deadline."""
+    """One Spark job in flight: the operator that launched it, and per Spark partition the
+    operator it runs now, the tasks handed to it whose results have not come back, its
+    slot and its deadline. Partitions check in for more tasks (`check_ins.py`), of any
+    operator that asks for the same resources, so a job runs as long as it has work."""
 
     op: Operator
-    specs: list[TaskSpec]
-    gpu_ids: list[tuple[str, ...]]
-    deadline: float = float("inf")  # task_timeout_s times the tasks one Spark partition runs in turn
+    ops: list[Operator]  # per Spark partition: the operator whose tasks it runs now
+    gpu_ids: list[tuple[str, ...] | None]  # per Spark partition: its slot's GPUs, None while it holds no slot
+    assigned: list[list[TaskSpec]]  # per Spark partition: the tasks it runs now
+    after: list[str | None]  # per Spark partition: the stream of its last task
+    work_s: list[float]  # per Spark partition: the work its tasks did
+    deadlines: list[float]  # per Spark partition: task_timeout_s per task it runs now
     timed_out: bool = False
+    tasks: int = 0  # tasks handed to it in all
+
+    @classmethod
+    def of(cls, op: Operator, gpu_ids: list[tuple[str, ...]]) -> Launch:
+        n = len(gpu_ids)
+        return cls(op, [op] * n, list(gpu_ids), [[] for _ in range(n)], [None] * n, [0.0] * n, [0.0] * n)
+
+    @property
+    def specs(self) -> list[TaskSpec]:
+        """The tasks handed to it whose results have not come back, partition by partition."""
+        return [spec for assigned in self.assigned for spec in assigned]
+
+    def running(self, op_index: int) -> list[TaskSpec]:
+        return [spec for op, assigned in zip(self.ops, self.assigned) if op.index == op_index for spec in assigned]
+
+    @property
+    def deadline(self) -> float:
+        """When the partition most behind its tasks' ``task_timeout_s`` runs out of time."""
+        return min((d for d, specs in zip(self.deadlines, self.assigned) if specs), default=float("inf"))
 
 
 class Launcher:
@@ -61,45 +89,101 @@ class Launcher:
         """Launch a group as one Spark job: one partition per free slot, each running up
         to ``sizer.depth`` tasks in turn (never deeper than the ready tasks need)."""
         spark_partitions = op.usable_slots()
-        depth = op.sizer.depth(op.estimates.task_s, op.ready_tasks(), self.pool.capacity_for(op.compute))
-        want = spark_partitions * depth
-        specs: list[TaskSpec] = []
-        reservations: list[float] = []
-        while len(specs) < want and op.has_input():
+        taken = self._take(op, spark_partitions * self._depth(op))
+        spark_partitions = min(spark_partitions, len(taken))
+        launch_id = len(self.launch_log)
+        launch = Launch.of(op, [self.pool.acquire(op.index, op.compute) for _ in range(spark_partitions)])
+        groups: list[list[bytes]] = [[] for _ in range(spark_partitions)]
+        for i, (spec, reserved) in enumerate(taken):
+            groups[i % spark_partitions].append(self._hand_out(launch_id, launch, i % spark_partitions, spec, reserved))
+        self.launch_log.append((op.index, len(taken), spark_partitions))
+        self.launches[launch_id] = launch
+        self.backend.submit(launch_id, op.name, self.payloads[op.index], groups, resources=op.compute.as_dict())
+
+    def can_run(self, launch_id: int, op: Operator) -> bool:
+        """Whether a partition of the launch may run tasks of ``op``: Spark placed it by its
+        launching operator's resources, so only an operator that asks for the same may use it."""
+        return op.compute == self.launches[launch_id].op.compute
+
+    def extend(self, launch_id: int, part: int, op: Operator) -> tuple[bytes | None, list[bytes]]:
+        """More tasks, of ``op``, for a Spark partition that checked in and that the scheduler
+        gives ``op``'s next slot: ``op``'s payload when the partition ran another operator
+        until now, and its next group, pickled."""
+        launch = self.launches[launch_id]
+        switched = launch.ops[part] is not op
+        launch.ops[part] = op
+        launch.gpu_ids[part] = self.pool.acquire(op.index, op.compute)
+        taken = self._take(op, self._depth(op))
+        specs = [self._hand_out(launch_id, launch, part, spec, reserved) for spec, reserved in taken]
+        return (self.payloads[op.index] if switched else None), specs
+
+    def _depth(self, op: Operator) -> int:
+        return op.sizer.depth(op.estimates.task_s, op.ready_tasks(), self.pool.capacity_for(op.compute))
+
+    def _take(self, op: Operator, want: int) -> list[tuple[TaskSpec, float]]:
+        """Up to ``want`` next tasks of ``op`` the policy lets start, each with its memory reservation."""
+        taken: list[tuple[TaskSpec, float]] = []
+        while len(taken) < want and op.has_input():
             alone = bool(op.retry_specs) and op.retry_specs[0].alone
-            if specs and (alone or not self.policy.may_launch(op)):
+            if taken and (alone or not self.policy.may_launch(op)):
                 break
             reserved = self.policy.reservation(op)
-            specs.append(op.next_task())
-            reservations.append(reserved)
+            taken.append((op.next_task(), reserved))
             self.memory.reserved += reserved
             self.policy.on_launch(op, reserved)
             if alone or op.probing:
                 break  # a probe runs alone until its size is known; so does a suspect of a failed job
-        spark_partitions = min(spark_partitions, len(specs))
-        gpu_ids = [self.pool.acquire(op.index, op.compute) for _ in range(spark_partitions)]
-        launch_id = len(self.launch_log)
-        groups: list[list[bytes]] = [[] for _ in range(spark_partitions)]
-        previous: list[str | None] = [None] * spark_partitions  # tasks of a partition run one after another
-        for i, (spec, reserved) in enumerate(zip(specs, reservations)):
-            spec.inputs = [self.blocks.current(ref) for ref in spec.inputs]  # rebuilt ones may live elsewhere now
-            spec.gpu_ids = gpu_ids[i % spark_partitions]
-            spec.stream = stream_name(op.index, spec.task_key, launch_id)
-            input_bytes = sum(ref.size_bytes for ref in spec.inputs)
-            spec.granted = int((reserved + input_bytes) // op.block_estimate(input_bytes))
-            spec.skip_blocks = self.grants.streamed(op.index, spec.task_key)
-            self.grants.watch(WatchedTask(op.index, spec.task_key, spec.stream, spec.granted, reserved,
-                                          input_bytes, after=previous[i % spark_partitions]))
-            previous[i % spark_partitions] = spec.stream
-            groups[i % spark_partitions].append(cloudpickle.dumps(spec))
-        op.running_tasks += len(specs)
-        op.stats.launched(len(specs))
-        self.launch_log.append((op.index, len(specs), spark_partitions))
+        return taken
+
+    def _hand_out(self, launch_id: int, launch: Launch, part: int, spec: TaskSpec, reserved: float) -> bytes:
+        """Ready ``spec`` to run in Spark partition ``part`` of the launch, after the tasks
+        already there: its inputs where they live now, its slot's GPUs, its watched stream."""
+        op = launch.ops[part]
+        spec.inputs = [self.blocks.current(ref) for ref in spec.inputs]  # rebuilt ones may live elsewhere now
+        spec.gpu_ids = launch.gpu_ids[part]
+        spec.stream = stream_name(op.index, spec.task_key, launch_id)
+        spec.pull = (launch_id, part) if self.ctx.group_scheduling else None
+        input_bytes = sum(ref.size_bytes for ref in spec.inputs)
+        spec.granted = int((reserved + input_bytes) // op.block_estimate(input_bytes))
+        spec.skip_blocks = self.grants.streamed(op.index, spec.task_key)
+        self.grants.watch(WatchedTask(op.index, spec.task_key, spec.stream, spec.granted, reserved,
+                                      input_bytes, after=launch.after[part]))
+        launch.after[part] = spec.stream
+        launch.assigned[part].append(spec)
         timeout = self.ctx.task_timeout_s
-        depth = -(-len(specs) // spark_partitions)  # tasks the busiest Spark partition runs in turn
-        deadline = time.monotonic() + timeout * depth if timeout else float("inf")
-        self.launches[launch_id] = Launch(op, specs, gpu_ids, deadline)
-        self.backend.submit(launch_id, op.name, self.payloads[op.index], groups, resources=op.compute.as_dict())
+        launch.deadlines[part] = time.monotonic() + timeout * len(launch.assigned[part]) if timeout else float("inf")
+        launch.tasks += 1
+        op.running_tasks += 1
+        op.stats.launched(1)
+        return cloudpickle.dumps(spec)
+
+    def _unassign(self, launch: Launch, part: int) -> tuple[Operator, list[TaskSpec]]:
+        """Partition ``part``'s tasks ran (or will not): their streams, reservations and its slot go back."""
+        op, specs = launch.ops[part], launch.assigned[part]
+        launch.assigned[part] = []
+        for spec in specs:
+            self.grants.forget(spec.stream)
+        op.running_tasks -= len(specs)
+        if launch.gpu_ids[part] is not None:
+            self.pool.release(op.index, op.compute, launch.gpu_ids[part])
+            launch.gpu_ids[part] = None
+        return op, specs
+
+    def check_in(self, check_in: CheckIn) -> tuple[Operator, list[TaskSpec], list[TaskResult]]:
+        """A Spark partition ran its tasks: their results in spec order; its slot is free
+        again until `extend` hands it more."""
+        launch = self.launches[check_in.launch_id]
+        op, specs = self._unassign(launch, check_in.part)
+        results = [cloudpickle.loads(blob) for blob in check_in.results]
+        if len(results) != len(specs):
+            raise StreamBatchError(f"Spark partition {check_in.part} of launch {check_in.launch_id} sent "
+                                   f"{len(results)} results for {len(specs)} tasks")
+        launch.work_s[check_in.part] += sum(result.work_s for result in results)
+        return op, specs, results
+
+    def take_back(self, launch_id: int, part: int) -> tuple[Operator, list[TaskSpec]]:
+        """Tasks `extend` handed to a partition that stopped waiting for them: they never ran."""
+        return self._unassign(self.launches[launch_id], part)
 
     def next_outcome(self, timeout: float) -> JobOutcome | None:
         """The next finished job, waiting at most ``timeout`` (``0``: only one already there)."""
@@ -108,29 +192,26 @@ class Launcher:
         except queue.Empty:
             return None
 
-    def finish(self, outcome: JobOutcome) -> tuple[Launch, list[TaskResult] | None]:
-        """Give back a finished job's slots and reservations; its task results in spec
-        order, or ``None`` when the job itself failed."""
+    def finish(self, outcome: JobOutcome) -> tuple[Launch, list[tuple[Operator, list[TaskSpec]]],
+                                                   list[TaskResult] | None]:
+        """A Spark job ended: its slots and reservations go back. Returns the tasks whose
+        results did not come with a check-in, per partition, and their results: from the
+        job, when its partitions did not check in (``group_scheduling`` off); ``None``
+        when the job failed; else the tasks were handed to a partition that had stopped
+        waiting for them, and run again."""
         launch = self.launches.pop(outcome.launch_id)
-        op, specs = launch.op, launch.specs
-        for spec in specs:
-            self.grants.forget(spec.stream)
-        for ids in launch.gpu_ids:
-            self.pool.release(op.index, op.compute, ids)
-        op.running_tasks -= len(specs)
+        left = [self._unassign(launch, part) for part in range(len(launch.ops))]
+        results = [cloudpickle.loads(blob) for blob in outcome.results or []]  # partition by partition
+        done = 0
+        for part, (_, specs) in enumerate(left):
+            launch.work_s[part] += sum(result.work_s for result in results[done:done + len(specs)])
+            done += len(specs)
+        self.launch_log[outcome.launch_id] = (launch.op.index, launch.tasks, len(launch.ops))
         if outcome.error is not None:
-            return launch, None
-        # results come back Spark partition by Spark partition; spec i ran in Spark partition i % spark_partitions
-        spark_partitions = len(launch.gpu_ids)
-        order = [i for p in range(spark_partitions) for i in range(p, len(specs), spark_partitions)]
-        results: list[TaskResult] = [None] * len(specs)
-        for i, blob in zip(order, outcome.results):
-            results[i] = cloudpickle.loads(blob)
-        per_partition_work = [0.0] * spark_partitions
-        for i, result in enumerate(results):
-            per_partition_work[i % spark_partitions] += result.work_s
-        op.sizer.observe(outcome.wall_s, per_partition_work, len(specs))
-        return launch, results
+            return launch, left, None
+        launch.op.sizer.observe(outcome.wall_s, launch.work_s, launch.tasks)
+        return launch, left, results or [TaskResult(spec.task_key, [], 0.0, 0, 0, yielded=True)
+                                         for _, specs in left for spec in specs]
 
     def run_now(self, op_blob: bytes, spec: TaskSpec) -> TaskResult:
         """Run one task synchronously as its own Spark job (lineage replays)."""

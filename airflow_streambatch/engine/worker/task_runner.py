@@ -9,6 +9,7 @@ travels back to the driver, which decides what failed and where.
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 import traceback
@@ -20,7 +21,7 @@ from pyspark import cloudpickle
 
 from airflow_streambatch.engine.errors import is_disk_full
 from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef, write_block
-from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.worker.control_client import ControlInfo, call
 from airflow_streambatch.engine.worker.host_agent import ensure_agent, prepare_run_dir
 from airflow_streambatch.engine.worker.staging import StagedFile
 from airflow_streambatch.engine.worker.streams import NO_GRANT_LIMIT, OutputStream, TaskYielded
@@ -70,10 +71,11 @@ class TaskSpec:
     skip_blocks: int = 0
     alone: bool = False  # shared a Spark job that failed: runs in a job of its own, to find the task at fault
     order: tuple[int, ...] = ()  # the place of its output in input order (`BlockRef.order`)
+    pull: tuple[int, int] | None = None  # (launch, Spark partition) it runs in, which checks in for more
 
     def for_replay(self) -> TaskSpec:
         """This task as lineage replays it: synchronously, writing every block, unwatched."""
-        return replace(self, stream=None, granted=NO_GRANT_LIMIT, skip_blocks=0)
+        return replace(self, stream=None, granted=NO_GRANT_LIMIT, skip_blocks=0, pull=None)
 
 
 @dataclass
@@ -94,6 +96,7 @@ class TaskResult:
 
 
 MAX_EXCEPTION_BYTES = 64 * 1024
+CHECK_IN_WAIT_S = 2.0  # how long a partition's check-in waits for the driver's answer before it ends
 
 
 def portable_exception(exc: BaseException) -> bytes | None:
@@ -257,20 +260,43 @@ def _remove(path: str) -> None:
 
 
 def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[bytes]:
-    """The Spark partition function: runs each task of its group in turn.
+    """The Spark partition function: runs each task of its group in turn, then, for a launched
+    group, checks in with the driver for more (`execution/check_ins.py`) until it gets none.
 
     Drains its whole input, so Spark keeps the Python worker (and its cached models).
+    Returns the results of tasks run outside a launch (lineage replays); a launched
+    group's results travel with its check-ins.
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
     if op.host_agents:  # this host's blocks outlive this worker: its agent serves them, then removes them
         agent = ensure_agent(os.path.dirname(op.run_dir), op.control)
         prepare_run_dir(op.run_dir, agent["mark"])
         op.location = agent["uri"]
-    results = []
-    for blob in (blob for group in groups for blob in group):
-        spec = cloudpickle.loads(blob)
+    specs = [cloudpickle.loads(blob) for group in groups for blob in group]
+    results = _run_group(op, specs)
+    pull = specs[0].pull if specs else None
+    if pull is None:
+        return iter([cloudpickle.dumps(r) for r in results])
+    seq = 0
+    while True:
+        body = {"run": op.run_id, "launch": pull[0], "part": pull[1], "seq": seq,
+                "results": [base64.b64encode(cloudpickle.dumps(r)).decode() for r in results]}
+        reply = call(op.control, "check_in", body, wait_s=CHECK_IN_WAIT_S)
+        seq += 1
+        if "op" in reply:  # the slot goes to another operator that asks for the same resources
+            location, op = op.location, cloudpickle.loads(base64.b64decode(reply["op"]))
+            op.location = location
+        specs = [cloudpickle.loads(base64.b64decode(blob)) for blob in reply.get("specs", [])]
+        if not specs:
+            return iter([])
+        results = _run_group(op, specs)
+
+
+def _run_group(op: OperatorPayload, specs: list[TaskSpec]) -> list[TaskResult]:
+    results: list[TaskResult] = []
+    for spec in specs:
         if results and results[-1].yielded:  # the slot goes back now: later tasks of the group run later
             results.append(TaskResult(spec.task_key, [], 0.0, 0, 0, yielded=True))
         else:
             results.append(run_task(op, spec))
-    return iter([cloudpickle.dumps(r) for r in results])
+    return results

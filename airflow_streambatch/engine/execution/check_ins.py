@@ -1,0 +1,98 @@
+"""Task pulling: a Spark partition that ran its tasks asks the driver for more instead of ending.
+
+A Spark job costs about 100 ms here before any task code runs (a Python job of four empty
+partitions: 95-130 ms median, against 28 ms for the same job in the JVM alone), so tasks
+of 10 ms paid ten times their work when each job ran a fixed group (W2: 22.5 ms of
+overhead per task). A partition that finished its group checks in: it sends its tasks'
+results and gets the next tasks of the operator the scheduler gives this slot to, when
+that operator asks for the resources Spark placed the partition by (with the operator's
+payload when it changes), or none, and its Spark partition ends. One Spark job then runs
+as long as there is work for its slots, and a task costs one call to the driver.
+
+The scheduler loop answers (it owns every piece of state a task touches); the control
+server's thread only carries the call. A check-in the loop has not answered within
+``CHECK_IN_WAIT_S`` is abandoned: the partition ends, so a loop busy rebuilding a lost block
+by lineage (a Spark job that needs a slot) never waits on partitions that hold every slot.
+Calls are numbered per partition: a call repeated because its answer was lost gets the
+same answer, so no result is delivered twice and no task handed out twice.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Callable
+
+from airflow_streambatch.engine.worker.task_runner import CHECK_IN_WAIT_S
+
+
+class CheckIn:
+    """One call of a Spark partition: the results of the tasks it ran, waiting for an answer."""
+
+    def __init__(self, launch_id: int, part: int, results: list[bytes]):
+        self.launch_id = launch_id
+        self.part = part
+        self.results = results
+        self._lock = threading.Lock()
+        self._answered = threading.Event()
+        self._specs: list[bytes] | None = None
+        self._payload: bytes | None = None
+        self._abandoned = False
+
+    def answer(self, specs: list[bytes], payload: bytes | None = None) -> bool:
+        """Hand ``specs`` (pickled `TaskSpec`s) to the partition, with their operator's payload
+        when it is not the one the partition ran until now; False when it stopped waiting."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._specs, self._payload = specs, payload
+        self._answered.set()
+        return True
+
+    def wait(self, timeout_s: float) -> dict:
+        """The answer as sent back, or no tasks (the partition ends) when the loop gives none in ``timeout_s``."""
+        self._answered.wait(timeout_s)
+        with self._lock:
+            if self._specs is None:
+                self._abandoned = True
+            reply: dict = {"specs": [base64.b64encode(spec).decode() for spec in self._specs or []]}
+            if self._payload is not None:
+                reply["op"] = base64.b64encode(self._payload).decode()
+            return reply
+
+
+class CheckInDesk:
+    """The control server's side: routes each run's check-ins to its scheduler loop."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._runs: dict[str, Callable[[CheckIn], None]] = {}
+        self._last: dict[tuple[str, int, int], tuple[int, CheckIn]] = {}  # (run, launch, part) -> its last call
+
+    def open(self, run_id: str, deliver: Callable[[CheckIn], None]) -> None:
+        with self._lock:
+            self._runs[run_id] = deliver
+
+    def close(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+            for key in [key for key in self._last if key[0] == run_id]:
+                del self._last[key]
+
+    def check_in(self, body: dict) -> dict:
+        run_id, seq = str(body["run"]), int(body["seq"])
+        key = (run_id, int(body["launch"]), int(body["part"]))
+        with self._lock:
+            deliver = self._runs.get(run_id)
+            if deliver is None:  # the run ended: the partition ends too
+                return {"specs": []}
+            last_seq, check_in = self._last.get(key, (-1, None))
+            new = seq > last_seq
+            if new:
+                check_in = CheckIn(key[1], key[2], [base64.b64decode(r) for r in body["results"]])
+                self._last[key] = (seq, check_in)
+            elif seq < last_seq or check_in is None:
+                return {"specs": []}  # an old call arriving late: its answer was given already
+        if new:
+            deliver(check_in)
+        return check_in.wait(CHECK_IN_WAIT_S)
