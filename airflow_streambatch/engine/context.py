@@ -87,12 +87,15 @@ class DataContext:
         (``worker/host_agent.py``); a directory every host shares works too. It must be
         owned by the user running Spark and not writable by group or others.
     :param group_scheduling: launch ready tasks of one operator as one Spark job
-        (Drizzle), each Spark partition running several tasks in turn. `GroupSizer`
-        (``engine/spark/group_sizer.py``) picks that depth from the measured job overhead:
-        ``ceil(job overhead / (scheduling_overhead_bound * task time))``, at most
-        ``max_group_size`` and no more than the ready tasks per slot. Off: one task per partition.
-    :param scheduling_overhead_bound: the share of a task's work that a Spark job's
-        overhead may cost it; a lower bound packs more tasks into one job. Default 0.1.
+        (Drizzle), each Spark partition running a group of tasks in turn and then checking
+        in with the driver for the next (``execution/check_ins.py``), so a job runs while
+        there is work for its slots. `GroupSizer` (``engine/spark/group_sizer.py``) picks
+        a group's depth from the measured cost of a check-in:
+        ``ceil(check-in overhead / (scheduling_overhead_bound * task time))``, at most
+        ``max_group_size`` and no more than the ready tasks per slot. Off: one task per
+        partition, and each job ends with its tasks.
+    :param scheduling_overhead_bound: the share of a task's work that scheduling (a
+        check-in) may cost it; a lower bound packs more tasks into one group. Default 0.1.
     :param max_group_size: most tasks one Spark partition may run in turn (the depth
         cap of group scheduling). Default 64.
     :param budget_update_interval_s: how often Algorithm 2 replenishes the source

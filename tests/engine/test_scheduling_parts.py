@@ -26,27 +26,35 @@ def test_group_sizer_ignores_the_first_job():
     sizer = GroupSizer(bound=0.1, max_size=64)
     sizer.observe(wall_s=30.0, partition_work_s=[0.01], tasks=1)  # worker start-up
     assert sizer.job_overhead_s is None
-    assert sizer.depth(task_s=0.01, ready=1000, slots=1) == 1
     assert sizer.overhead_per_task_s == pytest.approx(29.99)  # still reported
 
 
-def test_group_sizer_depth_amortizes_the_overhead():
+def test_group_sizer_depth_is_one_until_a_check_in_is_measured():
+    """A job's start is paid once for many groups: sizing groups by it put five 2 s tasks into
+    each partition of W6's first jobs on a cluster, and a killed executor lost all five."""
     sizer = GroupSizer(bound=0.1, max_size=64)
     sizer.observe(5.0, [0.1], 1)
-    sizer.observe(wall_s=0.5, partition_work_s=[0.2, 0.3], tasks=2)  # overhead: 0.5 - 0.3
-    assert sizer.job_overhead_s == pytest.approx(0.2)
-    assert sizer.depth(task_s=0.1, ready=1000, slots=1) == math.ceil(0.2 / (0.1 * 0.1)) == 20
-    assert sizer.depth(task_s=0.15, ready=1000, slots=1) == math.ceil(0.2 / (0.1 * 0.15)) == 14
+    sizer.observe(wall_s=1.0, partition_work_s=[0.0], tasks=1)  # a second of job overhead
+    assert sizer.job_overhead_s == pytest.approx(1.0)
+    assert sizer.depth(task_s=0.01, ready=1000, slots=1) == 1
+
+
+def test_group_sizer_depth_amortizes_a_check_in():
+    sizer = GroupSizer(bound=0.1, max_size=64)
+    sizer.observe_check_in(0.02)
+    assert sizer.depth(task_s=0.01, ready=1000, slots=1) == math.ceil(0.02 / (0.1 * 0.01)) == 20
+    assert sizer.depth(task_s=0.015, ready=1000, slots=1) == math.ceil(0.02 / (0.1 * 0.015)) == 14
     assert sizer.depth(task_s=2.0, ready=1000, slots=1) == 1  # seconds-long tasks: full pipelining
-    sizer.observe(wall_s=1.2, partition_work_s=[0.0], tasks=1)  # moving average: 0.7 * 0.2 + 0.3 * 1.2
-    assert sizer.job_overhead_s == pytest.approx(0.5)
-    assert sizer.depth(task_s=0.1, ready=1000, slots=1) == 50
+    sizer.observe_check_in(0.12)  # moving average: 0.7 * 0.02 + 0.3 * 0.12
+    assert sizer.check_in_overhead_s == pytest.approx(0.05)
+    assert sizer.depth(task_s=0.01, ready=1000, slots=1) == 50
+    sizer.observe_check_in(-0.01)  # work measured longer than the round trip: no overhead, never negative
+    assert sizer.check_in_overhead_s == pytest.approx(0.035)
 
 
 def test_group_sizer_depth_is_capped_by_max_size_and_ready_tasks_per_slot():
     sizer = GroupSizer(bound=0.1, max_size=8)
-    sizer.observe(1.0, [], 1)
-    sizer.observe(1.0, [], 1)  # one second of overhead per job
+    sizer.observe_check_in(1.0)
     assert sizer.depth(task_s=0.01, ready=1000, slots=1) == 8
     assert sizer.depth(task_s=0.01, ready=10, slots=4) == 3  # ceil(10 / 4)
     assert sizer.depth(task_s=0.01, ready=4, slots=4) == 1
@@ -58,13 +66,14 @@ def test_group_sizer_work_longer_than_wall_is_no_overhead():
     sizer = GroupSizer(bound=0.1, max_size=64)
     sizer.observe(1.0, [0.5], 1)
     sizer.observe(1.0, [3.0], 1)
-    assert sizer.job_overhead_s == 0.0 and sizer.depth(0.001, 100, 1) == 1
+    assert sizer.job_overhead_s == 0.0
 
 
 def test_group_sizer_disabled_always_runs_one_task_per_partition():
     sizer = GroupSizer(bound=0.1, max_size=64, enabled=False)
     for _ in range(3):
         sizer.observe(10.0, [0.001], 1)
+        sizer.observe_check_in(1.0)
     assert sizer.depth(task_s=0.001, ready=1000, slots=1) == 1
 
 

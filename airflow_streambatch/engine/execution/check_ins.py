@@ -14,7 +14,13 @@ server's thread only carries the call. A check-in the loop has not answered with
 ``CHECK_IN_WAIT_S`` is abandoned: the partition ends, so a loop busy rebuilding a lost block
 by lineage (a Spark job that needs a slot) never waits on partitions that hold every slot.
 Calls are numbered per partition: a call repeated because its answer was lost gets the
-same answer, so no result is delivered twice and no task handed out twice.
+same answer, so no result is delivered twice and no task handed out twice. A partition
+Spark runs again after its executor died runs none of its tasks: it checks in with
+none, the driver reruns the tasks the lost attempt had, and hands it new ones.
+
+A job's partitions stop pulling after ``MAX_JOB_S``: until a partition ends, Spark has no
+slot to give a partition it reruns, nor another job of the application (FAIR pools share
+slots only as tasks end), so recovery and fairness would wait for the run to run dry.
 """
 
 from __future__ import annotations
@@ -25,13 +31,16 @@ from collections.abc import Callable
 
 from airflow_streambatch.engine.worker.task_runner import CHECK_IN_WAIT_S
 
+MAX_JOB_S = 5.0  # a job's partitions get no more tasks after this long: Spark's scheduler gets their slots back
+
 
 class CheckIn:
     """One call of a Spark partition: the results of the tasks it ran, waiting for an answer."""
 
-    def __init__(self, launch_id: int, part: int, results: list[bytes]):
+    def __init__(self, launch_id: int, part: int, attempt: int, results: list[bytes]):
         self.launch_id = launch_id
         self.part = part
+        self.attempt = attempt  # Spark's attempt of the partition: a later one means Spark lost and reran it
         self.results = results
         self._lock = threading.Lock()
         self._answered = threading.Event()
@@ -67,7 +76,7 @@ class CheckInDesk:
     def __init__(self):
         self._lock = threading.Lock()
         self._runs: dict[str, Callable[[CheckIn], None]] = {}
-        self._last: dict[tuple[str, int, int], tuple[int, CheckIn]] = {}  # (run, launch, part) -> its last call
+        self._last: dict[tuple, tuple[int, CheckIn]] = {}  # (run, launch, part, attempt) -> its last call
 
     def open(self, run_id: str, deliver: Callable[[CheckIn], None]) -> None:
         with self._lock:
@@ -81,7 +90,7 @@ class CheckInDesk:
 
     def check_in(self, body: dict) -> dict:
         run_id, seq = str(body["run"]), int(body["seq"])
-        key = (run_id, int(body["launch"]), int(body["part"]))
+        key = (run_id, int(body["launch"]), int(body["part"]), int(body.get("attempt", 0)))
         with self._lock:
             deliver = self._runs.get(run_id)
             if deliver is None:  # the run ended: the partition ends too
@@ -89,7 +98,7 @@ class CheckInDesk:
             last_seq, check_in = self._last.get(key, (-1, None))
             new = seq > last_seq
             if new:
-                check_in = CheckIn(key[1], key[2], [base64.b64decode(r) for r in body["results"]])
+                check_in = CheckIn(key[1], key[2], key[3], [base64.b64decode(r) for r in body["results"]])
                 self._last[key] = (seq, check_in)
             elif seq < last_seq or check_in is None:
                 return {"specs": []}  # an old call arriving late: its answer was given already

@@ -23,7 +23,7 @@ import uuid
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.block_access import BlockAccess
-from airflow_streambatch.engine.execution.check_ins import CheckIn
+from airflow_streambatch.engine.execution.check_ins import MAX_JOB_S, CheckIn
 from airflow_streambatch.engine.execution.commit import PartitionCommitter
 from airflow_streambatch.engine.execution.completion import Completions
 from airflow_streambatch.engine.execution.control_server import control_server
@@ -266,12 +266,17 @@ class StreamingExecutor:
     def _checked_in(self, check_in: CheckIn) -> None:
         """A Spark partition ran its tasks: pass their results on, then give it more tasks if
         its slot would go to its operator anyway (`check_ins.py`), or let it end."""
-        op, specs, results = self.launcher.check_in(check_in)
-        self.completions.tasks_ended(op, specs, results)
+        ended = self.launcher.check_in(check_in)
+        if ended is None:  # from an attempt Spark gave up on: its tasks were rerun
+            check_in.answer([])
+            return
+        op, specs, results = ended
+        self.completions.tasks_ended(op, specs, results, None if results is not None else StreamBatchError(
+            f"Spark lost the partition running them (its executor died) and ran it again, attempt {check_in.attempt}"))
         payload, more = None, []
         launch = self.launcher.launches[check_in.launch_id]
         if not (self._stop.is_set() or launch.timed_out or check_in.launch_id in self.liveness.emptying
-                or any(result.yielded for result in results)):
+                or time.monotonic() - launch.started >= MAX_JOB_S or any(r.yielded for r in results or [])):
             self.flow.advance()
             chosen = self._next_operator()
             if chosen is not None and self.launcher.can_run(check_in.launch_id, chosen):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import queue
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark import cloudpickle
 
@@ -30,39 +30,44 @@ from airflow_streambatch.engine.worker.task_runner import OperatorPayload, TaskR
 
 
 @dataclass
-class Launch:
-    """One Spark job in flight: the operator that launched it, and per Spark partition the
-    operator it runs now, the tasks handed to it whose results have not come back, its
-    slot and its deadline. Partitions check in for more tasks (`check_ins.py`), of any
-    operator that asks for the same resources, so a job runs as long as it has work."""
+class SparkPartition:
+    """One partition of a launched job: the operator whose tasks it runs now, those tasks
+    (handed to it, results not back), its slot, and what it has done."""
 
     op: Operator
-    ops: list[Operator]  # per Spark partition: the operator whose tasks it runs now
-    gpu_ids: list[tuple[str, ...] | None]  # per Spark partition: its slot's GPUs, None while it holds no slot
-    assigned: list[list[TaskSpec]]  # per Spark partition: the tasks it runs now
-    after: list[str | None]  # per Spark partition: the stream of its last task
-    work_s: list[float]  # per Spark partition: the work its tasks did
-    deadlines: list[float]  # per Spark partition: task_timeout_s per task it runs now
+    gpu_ids: tuple[str, ...] | None  # its slot's GPUs; None while it holds no slot (between check-ins)
+    assigned: list[TaskSpec] = field(default_factory=list)
+    after: str | None = None  # the stream of its last task: the next runs after it
+    work_s: float = 0.0
+    deadline: float = float("inf")  # task_timeout_s per task it runs now
+    attempt: int = 0  # Spark's attempt that checks in: a later one means Spark lost and reran it
+    handed_at: float = 0.0  # when its tasks were handed out by a check-in (0: with the job, which paid Spark's start)
+
+
+@dataclass
+class Launch:
+    """One Spark job in flight: the operator that launched it and its partitions. They
+    check in for more tasks (`check_ins.py`), of any operator that asks for the same
+    resources, so a job runs as long as it has work."""
+
+    op: Operator
+    parts: list[SparkPartition]
+    started: float = field(default_factory=time.monotonic)
     timed_out: bool = False
     tasks: int = 0  # tasks handed to it in all
-
-    @classmethod
-    def of(cls, op: Operator, gpu_ids: list[tuple[str, ...]]) -> Launch:
-        n = len(gpu_ids)
-        return cls(op, [op] * n, list(gpu_ids), [[] for _ in range(n)], [None] * n, [0.0] * n, [0.0] * n)
 
     @property
     def specs(self) -> list[TaskSpec]:
         """The tasks handed to it whose results have not come back, partition by partition."""
-        return [spec for assigned in self.assigned for spec in assigned]
+        return [spec for part in self.parts for spec in part.assigned]
 
     def running(self, op_index: int) -> list[TaskSpec]:
-        return [spec for op, assigned in zip(self.ops, self.assigned) if op.index == op_index for spec in assigned]
+        return [spec for part in self.parts if part.op.index == op_index for spec in part.assigned]
 
     @property
     def deadline(self) -> float:
         """When the partition most behind its tasks' ``task_timeout_s`` runs out of time."""
-        return min((d for d, specs in zip(self.deadlines, self.assigned) if specs), default=float("inf"))
+        return min((part.deadline for part in self.parts if part.assigned), default=float("inf"))
 
 
 class Launcher:
@@ -92,7 +97,8 @@ class Launcher:
         taken = self._take(op, spark_partitions * self._depth(op))
         spark_partitions = min(spark_partitions, len(taken))
         launch_id = len(self.launch_log)
-        launch = Launch.of(op, [self.pool.acquire(op.index, op.compute) for _ in range(spark_partitions)])
+        launch = Launch(op, [SparkPartition(op, self.pool.acquire(op.index, op.compute))
+                             for _ in range(spark_partitions)])
         groups: list[list[bytes]] = [[] for _ in range(spark_partitions)]
         for i, (spec, reserved) in enumerate(taken):
             groups[i % spark_partitions].append(self._hand_out(launch_id, launch, i % spark_partitions, spec, reserved))
@@ -110,9 +116,11 @@ class Launcher:
         gives ``op``'s next slot: ``op``'s payload when the partition ran another operator
         until now, and its next group, pickled."""
         launch = self.launches[launch_id]
-        switched = launch.ops[part] is not op
-        launch.ops[part] = op
-        launch.gpu_ids[part] = self.pool.acquire(op.index, op.compute)
+        spark_partition = launch.parts[part]
+        switched = spark_partition.op is not op
+        spark_partition.op = op
+        spark_partition.gpu_ids = self.pool.acquire(op.index, op.compute)
+        spark_partition.handed_at = time.monotonic()
         taken = self._take(op, self._depth(op))
         specs = [self._hand_out(launch_id, launch, part, spec, reserved) for spec, reserved in taken]
         return (self.payloads[op.index] if switched else None), specs
@@ -138,52 +146,64 @@ class Launcher:
     def _hand_out(self, launch_id: int, launch: Launch, part: int, spec: TaskSpec, reserved: float) -> bytes:
         """Ready ``spec`` to run in Spark partition ``part`` of the launch, after the tasks
         already there: its inputs where they live now, its slot's GPUs, its watched stream."""
-        op = launch.ops[part]
+        spark_partition = launch.parts[part]
+        op = spark_partition.op
         spec.inputs = [self.blocks.current(ref) for ref in spec.inputs]  # rebuilt ones may live elsewhere now
-        spec.gpu_ids = launch.gpu_ids[part]
+        spec.gpu_ids = spark_partition.gpu_ids
         spec.stream = stream_name(op.index, spec.task_key, launch_id)
         spec.pull = (launch_id, part) if self.ctx.group_scheduling else None
         input_bytes = sum(ref.size_bytes for ref in spec.inputs)
         spec.granted = int((reserved + input_bytes) // op.block_estimate(input_bytes))
         spec.skip_blocks = self.grants.streamed(op.index, spec.task_key)
         self.grants.watch(WatchedTask(op.index, spec.task_key, spec.stream, spec.granted, reserved,
-                                      input_bytes, after=launch.after[part]))
-        launch.after[part] = spec.stream
-        launch.assigned[part].append(spec)
-        timeout = self.ctx.task_timeout_s
-        launch.deadlines[part] = time.monotonic() + timeout * len(launch.assigned[part]) if timeout else float("inf")
+                                      input_bytes, after=spark_partition.after))
+        spark_partition.after = spec.stream
+        spark_partition.assigned.append(spec)
+        if self.ctx.task_timeout_s:
+            spark_partition.deadline = time.monotonic() + self.ctx.task_timeout_s * len(spark_partition.assigned)
         launch.tasks += 1
         op.running_tasks += 1
         op.stats.launched(1)
         return cloudpickle.dumps(spec)
 
-    def _unassign(self, launch: Launch, part: int) -> tuple[Operator, list[TaskSpec]]:
-        """Partition ``part``'s tasks ran (or will not): their streams, reservations and its slot go back."""
-        op, specs = launch.ops[part], launch.assigned[part]
-        launch.assigned[part] = []
+    def _unassign(self, spark_partition: SparkPartition) -> tuple[Operator, list[TaskSpec]]:
+        """A partition's tasks ran (or will not): their streams, reservations and its slot go back."""
+        op, specs = spark_partition.op, spark_partition.assigned
+        spark_partition.assigned = []
         for spec in specs:
             self.grants.forget(spec.stream)
         op.running_tasks -= len(specs)
-        if launch.gpu_ids[part] is not None:
-            self.pool.release(op.index, op.compute, launch.gpu_ids[part])
-            launch.gpu_ids[part] = None
+        if spark_partition.gpu_ids is not None:
+            self.pool.release(op.index, op.compute, spark_partition.gpu_ids)
+            spark_partition.gpu_ids = None
         return op, specs
 
-    def check_in(self, check_in: CheckIn) -> tuple[Operator, list[TaskSpec], list[TaskResult]]:
+    def check_in(self, check_in: CheckIn) -> tuple[Operator, list[TaskSpec], list[TaskResult] | None] | None:
         """A Spark partition ran its tasks: their results in spec order; its slot is free
-        again until `extend` hands it more."""
-        launch = self.launches[check_in.launch_id]
-        op, specs = self._unassign(launch, check_in.part)
+        again until `extend` hands it more. Results are None when Spark lost the attempt
+        that ran them and this is its rerun; the call is None when it comes from an
+        attempt Spark gave up on."""
+        spark_partition = self.launches[check_in.launch_id].parts[check_in.part]
+        if check_in.attempt < spark_partition.attempt:
+            return None
+        lost = check_in.attempt > spark_partition.attempt
+        spark_partition.attempt = check_in.attempt
+        op, specs = self._unassign(spark_partition)
+        if lost:
+            return op, specs, None
         results = [cloudpickle.loads(blob) for blob in check_in.results]
         if len(results) != len(specs):
             raise StreamBatchError(f"Spark partition {check_in.part} of launch {check_in.launch_id} sent "
                                    f"{len(results)} results for {len(specs)} tasks")
-        launch.work_s[check_in.part] += sum(result.work_s for result in results)
+        work_s = sum(result.work_s for result in results)
+        spark_partition.work_s += work_s
+        if spark_partition.handed_at:  # what one more group cost beyond its work: a check-in, not a job
+            op.sizer.observe_check_in(time.monotonic() - spark_partition.handed_at - work_s)
         return op, specs, results
 
     def take_back(self, launch_id: int, part: int) -> tuple[Operator, list[TaskSpec]]:
         """Tasks `extend` handed to a partition that stopped waiting for them: they never ran."""
-        return self._unassign(self.launches[launch_id], part)
+        return self._unassign(self.launches[launch_id].parts[part])
 
     def next_outcome(self, timeout: float) -> JobOutcome | None:
         """The next finished job, waiting at most ``timeout`` (``0``: only one already there)."""
@@ -200,16 +220,16 @@ class Launcher:
         when the job failed; else the tasks were handed to a partition that had stopped
         waiting for them, and run again."""
         launch = self.launches.pop(outcome.launch_id)
-        left = [self._unassign(launch, part) for part in range(len(launch.ops))]
+        left = [self._unassign(part) for part in launch.parts]
         results = [cloudpickle.loads(blob) for blob in outcome.results or []]  # partition by partition
         done = 0
-        for part, (_, specs) in enumerate(left):
-            launch.work_s[part] += sum(result.work_s for result in results[done:done + len(specs)])
+        for part, (_, specs) in zip(launch.parts, left):
+            part.work_s += sum(result.work_s for result in results[done:done + len(specs)])
             done += len(specs)
-        self.launch_log[outcome.launch_id] = (launch.op.index, launch.tasks, len(launch.ops))
+        self.launch_log[outcome.launch_id] = (launch.op.index, launch.tasks, len(launch.parts))
         if outcome.error is not None:
             return launch, left, None
-        launch.op.sizer.observe(outcome.wall_s, launch.work_s, launch.tasks)
+        launch.op.sizer.observe(outcome.wall_s, [part.work_s for part in launch.parts], launch.tasks)
         return launch, left, results or [TaskResult(spec.task_key, [], 0.0, 0, 0, yielded=True)
                                          for _, specs in left for spec in specs]
 

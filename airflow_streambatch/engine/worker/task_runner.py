@@ -273,13 +273,14 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
         prepare_run_dir(op.run_dir, agent["mark"])
         op.location = agent["uri"]
     specs = [cloudpickle.loads(blob) for group in groups for blob in group]
-    results = _run_group(op, specs)
     pull = specs[0].pull if specs else None
     if pull is None:
-        return iter([cloudpickle.dumps(r) for r in results])
+        return iter([cloudpickle.dumps(r) for r in _run_group(op, specs)])
+    attempt = _attempt()
+    results = _run_group(op, specs) if attempt == 0 else []  # Spark reran a lost partition: the driver reruns its tasks
     seq = 0
     while True:
-        body = {"run": op.run_id, "launch": pull[0], "part": pull[1], "seq": seq,
+        body = {"run": op.run_id, "launch": pull[0], "part": pull[1], "attempt": attempt, "seq": seq,
                 "results": [base64.b64encode(cloudpickle.dumps(r)).decode() for r in results]}
         reply = call(op.control, "check_in", body, wait_s=CHECK_IN_WAIT_S)
         seq += 1
@@ -290,6 +291,14 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
         if not specs:
             return iter([])
         results = _run_group(op, specs)
+
+
+def _attempt() -> int:
+    """Spark's attempt number of this partition: above 0 when its executor was lost and Spark ran it again."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.attemptNumber() if ctx is not None else 0
 
 
 def _run_group(op: OperatorPayload, specs: list[TaskSpec]) -> list[TaskResult]:
