@@ -90,7 +90,7 @@ def test_a_grant_releases_a_waiting_task(server, waiters):
     waiter = Waiter(server, out, 3)
     waiters.append(waiter)
     server.wait_asked(out.name, 3, times=2, timeout=GRANT_WAIT_S + 4)  # one request timed out: it asks again
-    assert waiter.alive() and server.take_records(out.name) == [{"wait": 3}]  # sent once, not per request
+    assert waiter.alive() and server.take_records(out.name) == [{"wait": 3, "bytes": 0}]  # sent once, not per request
     server.set_grant(out.name, 3)  # blocks 0 to 2: block 3 must still wait
     time.sleep(0.3)
     assert waiter.alive() and waiter.outcome is None

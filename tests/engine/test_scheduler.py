@@ -68,6 +68,28 @@ def test_one_cpu_slot_does_not_hang_before_a_repartition(ctx):
     assert counted == [8], "the run did not finish within 120 s"
 
 
+def _quarter_mib_rows(batch):  # two rows of 256 KiB per input row
+    rows = 2 * batch.num_rows
+    return pa.table({"id": list(range(rows)), "payload": [bytes(256 * 1024)] * rows})
+
+
+def test_blocks_are_granted_by_their_size_under_a_tight_limit(ctx, caplog):
+    """A repartition holding 2.5 MiB under a 4 MiB limit. Each task waiting to write a block
+    was granted a full 2 MiB block: the repartition's 768 KiB blocks and its consumer's
+    8-byte ones waited until the stall guard wrote past the limit (W8 #9). A task now says
+    the size of the block it waits to write and is granted that, and each input block of
+    the barrier goes as soon as the tasks slicing it are done."""
+    ctx.scheduling_policy = "conservative"
+    ctx.memory_limit = 4 * MiB
+    ctx.target_max_block_size = 2 * MiB
+    ds = (sb.range(5, override_num_blocks=5).map_batches(_quarter_mib_rows, batch_format="pyarrow")
+          .repartition(4).map_batches(_slow_shrink, num_cpus=0.5, batch_format="pyarrow"))
+    with caplog.at_level("WARNING", logger="airflow_streambatch"):
+        assert ds.count() == 10
+    assert not [r for r in caplog.records if "over the limit" in r.getMessage()]
+    assert 2.5 * MiB <= ds.last_run_stats.peak_memory_bytes <= 4 * MiB
+
+
 def test_adaptive_policy_finishes_under_pressure_and_pipelines(ctx):
     ctx.memory_limit = 10 * MiB
     ctx.target_max_block_size = 2 * MiB

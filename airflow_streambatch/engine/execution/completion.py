@@ -90,6 +90,7 @@ class Completions:
                 self.flow.emit(op, ref)
         for ref in spec.inputs:
             self.flow.release(ref)
+        op.task_done(spec, self.flow)
         if spec.read_task is not None:
             self.partitions.read_done(spec.partitions[0])
 

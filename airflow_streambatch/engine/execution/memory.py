@@ -146,8 +146,9 @@ class MemoryGrants:
     def _grant(self) -> None:
         waiting = self.streams.waiting()
         idle = sum(task.reserved for task in waiting)  # a waiting task writes nothing until granted
-        for task in waiting:
-            need = max(float(self.operators[task.op_index].block_estimate(task.input_bytes)), task.reserved)
+        for task in waiting:  # a task says the size of the block it waits to write: the grant is that much
+            block = task.waiting_bytes or self.operators[task.op_index].block_estimate(task.input_bytes)
+            need = max(float(block), task.reserved)
             frees_as_much = task.written + need <= task.input_bytes
             if frees_as_much or self.memory.used + (self.memory.reserved - idle) + need <= self.memory.limit:
                 idle -= task.reserved

@@ -36,6 +36,7 @@ class WatchedTask:
     offset: int = 0
     written: int = 0
     waiting_for: int | None = None
+    waiting_bytes: int = 0  # bytes of the block it waits to write (0: not said)
     finished: bool = False  # wrote all its blocks; its Spark job may still run other tasks
     after: str | None = None  # the task its Spark partition runs before it, if any
     yielding: bool = False  # told to give its slot back: gets no grant
@@ -65,6 +66,7 @@ class StreamWatcher:
             for record in self.server.take_records(task.name):
                 if "wait" in record:
                     task.waiting_for = record["wait"]
+                    task.waiting_bytes = max(0, int(record.get("bytes", 0)))
                     continue
                 if "done" in record:
                     task.finished = True

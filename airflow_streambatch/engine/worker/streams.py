@@ -5,8 +5,8 @@ it finishes (paper section 4.2.1; Ray Data's streaming generators). The task and
 driver talk over the control plane (`control_client.py`), since on a cluster they
 share no directory:
 
-* the task sends one ``block`` record per block it writes, a ``{"wait": i}`` request
-  when it must stop before writing block ``i``, and a ``{"done": n}`` record when it
+* the task sends one ``block`` record per block it writes, a ``{"wait": i, "bytes": b}``
+  request when it must stop before writing block ``i`` of ``b`` bytes, and a ``{"done": n}`` record when it
   has written its ``n`` blocks (in a Spark job that runs several tasks one after
   another in a partition, the job ends much later);
 * the driver reads those records every turn of its loop, passes each block downstream
@@ -59,12 +59,13 @@ class OutputStream:
         self.waited_s = 0.0
         self.sent = 0  # records sent: each carries its number, so a retried call is not taken twice
 
-    def wait_for(self, index: int) -> None:
-        """Return once block ``index`` may be written (the driver granted ``index + 1`` blocks)."""
+    def wait_for(self, index: int, nbytes: int = 0) -> None:
+        """Return once block ``index`` may be written (the driver granted ``index + 1`` blocks);
+        ``nbytes``, its size, lets the driver grant exactly that much memory (0: unknown)."""
         if index < self.granted:
             return
         start = time.perf_counter()
-        self._send({"wait": index})
+        self._send({"wait": index, "bytes": nbytes})
         while index >= self.granted:
             reply = call(self.control, "grant", {"stream": self.name, "index": index, "wait_s": GRANT_WAIT_S},
                          wait_s=GRANT_WAIT_S)

@@ -159,7 +159,7 @@ class TaskOutput:
         if index < spec.skip_blocks:
             return ref  # an earlier attempt delivered it: regenerated, not written again
         if self.stream is not None:
-            self.stream.wait_for(index)
+            self.stream.wait_for(index, table.nbytes)
         self.writing = ref.path
         write_block(table, ref.path)
         self.writing = None

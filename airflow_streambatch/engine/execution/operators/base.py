@@ -71,6 +71,9 @@ class Operator:
     def advance(self, flow) -> None:
         """Called every turn of the loop, after upstream completion propagated."""
 
+    def task_done(self, spec: TaskSpec, flow) -> None:
+        """A task of this operator succeeded and its inputs were released."""
+
     def clear_pending(self, flow) -> None:
         """Upstream of a satisfied limit: drop queued work."""
         while self.inputs:
