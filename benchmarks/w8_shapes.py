@@ -27,9 +27,8 @@ from dataclasses import asdict
 from functools import partial
 
 from benchmarks.common import MiB, engine_context, markdown_table, parse_args, save, spark_session, warm_up
-from benchmarks.w8_draws import BLOCK, Shape, draw_shapes
+from benchmarks.w8_draws import BLOCK, PIECE, Shape, draw_shapes
 
-PIECE = 256 * 1024  # bytes per table a transform yields (streaming output)
 SEED = 16
 FAIL_AT = 10.0  # where the plot draws a run that failed or hung
 
