@@ -37,6 +37,15 @@ def test_blocks_never_exceed_target_and_keep_every_row():
     assert pa.concat_tables(blocks).equals(pa.concat_tables(tables))
 
 
+def test_blocks_of_uneven_rows_never_exceed_target():
+    """Cut by the mean row size, large rows then small ones passed the target (the strict
+    memory policy grants a block as at most one target)."""
+    rows = [bytes(10_000)] * 100 + [bytes(100)] * 900  # 1 MB, then 90 KB
+    blocks = _cuts([pa.table({"b": rows})], 200_000)
+    assert all(b.nbytes <= 200_000 for b in blocks)
+    assert sum(b.num_rows for b in blocks) == 1000
+
+
 def test_same_input_and_target_give_same_blocks():
     first = _cuts(_tables(7), 50_000)
     second = _cuts(_tables(7), 50_000)

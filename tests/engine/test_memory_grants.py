@@ -78,12 +78,12 @@ class Task:
         self.out.announce(block)
         return block
 
-    def start_waiting(self, index: int) -> None:
-        """Ask for block ``index`` in a thread; returns once the driver holds the task's wait
-        record and the task asked for its grant."""
+    def start_waiting(self, index: int, nbytes: int = 0) -> None:
+        """Ask for block ``index`` (of ``nbytes``, 0: unsaid) in a thread; returns once the
+        driver holds the task's wait record and the task asked for its grant."""
         def run():
             try:
-                self.out.wait_for(index)
+                self.out.wait_for(index, nbytes)
                 self.outcome = "granted"
             except TaskYielded:
                 self.outcome = "yielded"
@@ -126,10 +126,10 @@ def tasks():
         task.stop()
 
 
-def setup_grants(server, run_dir, ops, limit, used=0):
+def setup_grants(server, run_dir, ops, limit, used=0, strict=False):
     budget = MemoryBudget(limit=limit, used=used)
     watcher = StreamWatcher(run_dir, server)
-    grants = MemoryGrants(budget, watcher, ops, Heartbeat())
+    grants = MemoryGrants(budget, watcher, ops, Heartbeat(), strict)
     return budget, watcher, grants
 
 
@@ -206,6 +206,18 @@ def test_no_grant_when_the_next_block_would_pass_the_limit(server, run_dir, task
     assert task.join() == "granted" and watched.granted == 1 and budget.reserved == 31
 
 
+def test_a_task_is_granted_the_size_of_the_block_it_waits_to_write(server, run_dir, tasks):
+    """An 8-byte block once waited for room for a full estimated block (W8 #9)."""
+    ops = [GrantOp(0, next_block=50)]
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=90)
+    task = Task(server, run_dir, 0, "p00000")
+    tasks.append(task)
+    watched = watch(grants, task)
+    task.start_waiting(0, nbytes=8)
+    grants.follow(never_emit)
+    assert task.join() == "granted" and watched.granted == 1 and budget.reserved == 8
+
+
 def test_grants_go_most_downstream_first(server, run_dir, tasks):
     ops = [GrantOp(0, next_block=20), GrantOp(1, next_block=20), GrantOp(2, next_block=20)]
     budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=60)
@@ -236,6 +248,19 @@ def test_a_task_that_frees_as_much_as_it_writes_is_granted_over_the_limit(server
     task.start_waiting(1)  # 50 written + 50 more > its 50 input: must fit now, and does not
     grants.follow(never_emit)
     assert watched.granted == 1 and task.outcome == "granted" and watcher.waiting() == [watched]
+
+
+def test_strict_grants_do_not_count_inputs_still_held(server, run_dir, tasks):
+    """The conservative policy's: the inputs are freed only when the task ends, so writing as
+    much beside them would pass the limit until then (W8 #16, by 76 KiB)."""
+    ops = [GrantOp(0), GrantOp(1, next_block=50)]
+    budget, watcher, grants = setup_grants(server, run_dir, ops, limit=100, used=100, strict=True)
+    task = Task(server, run_dir, 1, "k")
+    tasks.append(task)
+    watched = watch(grants, task, input_bytes=50)
+    task.start_waiting(0, nbytes=50)
+    grants.follow(never_emit)
+    assert watched.granted == 0 and task.outcome is None and watcher.waiting() == [watched]
 
 
 def test_a_yielding_task_gets_no_grant(server, run_dir, tasks):

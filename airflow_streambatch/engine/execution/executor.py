@@ -112,7 +112,7 @@ class StreamingExecutor:
         self.operators[0].start(self.flow, self.partitions, self.committer, self.skipped)
         self.backend = SparkBackend(self.spark, f"streambatch-{self.run_id}")
         streams = StreamWatcher(self.run_dir, self.control)
-        self.grants = MemoryGrants(self.memory, streams, self.operators, self.heartbeat)
+        self.grants = MemoryGrants(self.memory, streams, self.operators, self.heartbeat, policy.strict)
         self.policy = policy
         self.launcher = Launcher(self.ctx, self.operators, self.backend, pool, self.memory, policy, self.grants,
                                  self.run_dir, self.run_id, self.stats.launch_log, self.blocks,

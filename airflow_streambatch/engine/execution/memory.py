@@ -104,8 +104,10 @@ class BlockLedger:
 class MemoryGrants:
     """Streamed blocks and memory grants of running tasks (the driver side of `worker/streams.py`)."""
 
-    def __init__(self, memory: MemoryBudget, streams: StreamWatcher, operators: list, heartbeat):
+    def __init__(self, memory: MemoryBudget, streams: StreamWatcher, operators: list, heartbeat,
+                 strict: bool = False):
         self.memory = memory
+        self.strict = strict  # the policy's: no block past the limit on the strength of inputs still held
         self.streams = streams
         self.operators = operators
         self.heartbeat = heartbeat
@@ -149,7 +151,7 @@ class MemoryGrants:
         for task in waiting:  # a task says the size of the block it waits to write: the grant is that much
             block = task.waiting_bytes or self.operators[task.op_index].block_estimate(task.input_bytes)
             need = max(float(block), task.reserved)
-            frees_as_much = task.written + need <= task.input_bytes
+            frees_as_much = not self.strict and task.written + need <= task.input_bytes
             if frees_as_much or self.memory.used + (self.memory.reserved - idle) + need <= self.memory.limit:
                 idle -= task.reserved
                 self.memory.reserved += need - task.reserved

@@ -42,6 +42,10 @@ class OpView(Protocol):
 class SchedulingPolicy(Protocol):
     """What the executor asks a policy each turn of its loop."""
 
+    # True: a running task writes past its reservation only with a grant of the block's
+    # size, never on the strength of the inputs it frees when it ends (they are still held)
+    strict: bool
+
     def replenish(self, ops: list[OpView], elapsed_s: float) -> None:
         """Time passed: refill whatever budget limits the sources."""
 
@@ -64,6 +68,7 @@ class AdaptivePolicy:
 
     memory: MemoryBudget
     budget: float = field(init=False)
+    strict = False  # a task may write as much as its input beside its reservation: it frees that at its end
 
     def __post_init__(self):
         self.budget = float(self.memory.limit)
@@ -122,6 +127,9 @@ class ConservativePolicy:
 
     memory: MemoryBudget
     budget: float = math.inf
+    # Never above the limit: a task's input is held until it ends, so writing as much
+    # beside its reservation carried W8 #16 76 KiB past its limit.
+    strict = True
 
     def replenish(self, ops, elapsed_s: float) -> None:
         return None

@@ -154,7 +154,9 @@ def read_block_schema(ref: BlockRef) -> pa.Schema:
 
 
 class BlockBuilder:
-    """Cuts a stream of tables into blocks of at most ``target_bytes`` (streaming repartition).
+    """Cuts a stream of tables into blocks of at most ``target_bytes`` (streaming repartition);
+    only a single row larger than that makes a larger block. The strict memory policy counts
+    on it: a block granted as one target's worth never takes more.
 
     ``emit`` is called with each finished table; it writes the block and returns
     its reference. Rows per block come from the bytes per row of what is buffered,
@@ -190,6 +192,8 @@ class BlockBuilder:
         table = self._combined()
         bytes_per_row = max(1.0, table.nbytes / table.num_rows)
         rows = max(1, int(self._target // bytes_per_row))
+        while rows > 1 and (size := table.slice(0, rows).nbytes) > self._target:
+            rows = max(1, min(rows - 1, int(rows * self._target / size)))  # larger rows first: fewer of them
         yield self._emit(table.slice(0, rows))
         rest = table.slice(rows)
         self._buffer = [rest] if rest.num_rows else []
