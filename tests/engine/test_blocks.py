@@ -38,8 +38,8 @@ def test_blocks_never_exceed_target_and_keep_every_row():
 
 
 def test_blocks_of_uneven_rows_never_exceed_target():
-    """Cut by the mean row size, large rows then small ones passed the target (the strict
-    memory policy grants a block as at most one target)."""
+    """Cut by the mean row size, large rows then small ones passed the target (a grant
+    sized for one full block was then too small)."""
     rows = [bytes(10_000)] * 100 + [bytes(100)] * 900  # 1 MB, then 90 KB
     blocks = _cuts([pa.table({"b": rows})], 200_000)
     assert all(b.nbytes <= 200_000 for b in blocks)

@@ -46,8 +46,8 @@ def new_stream(server: ControlServer, granted: int = 0) -> OutputStream:
 class Waiter:
     """A task thread blocked in ``wait_for(index)``; what ended it, and when."""
 
-    def __init__(self, server: ObservedServer, out: OutputStream, index: int):
-        self.out, self.index = out, index
+    def __init__(self, server: ObservedServer, out: OutputStream, index: int, nbytes: int = 0):
+        self.out, self.index, self.nbytes = out, index, nbytes
         self.outcome: str | None = None
         self.error: BaseException | None = None
         self.ended_at: float | None = None
@@ -57,7 +57,7 @@ class Waiter:
 
     def _run(self) -> None:
         try:
-            self.out.wait_for(self.index)
+            self.out.wait_for(self.index, self.nbytes)
             self.outcome = "granted"
         except BaseException as exc:  # noqa: BLE001 - the test asserts on it
             self.error = exc
@@ -101,6 +101,23 @@ def test_a_grant_releases_a_waiting_task(server, waiters):
     assert out.granted == 4
     out.wait_for(3)  # granted: no call, no record
     assert server.take_records(out.name) == []
+
+
+def test_a_task_writes_its_byte_allowance_without_asking_then_waits(server, waiters):
+    """The strict policy gives a task its reservation in bytes: blocks within it need no call;
+    the first past it asks, and what was left goes into that grant (never written twice)."""
+    name = stream_name(0, "p00000", next(_launches))
+    server.open_stream(name, 0)
+    out = OutputStream(server.info(timeout_s=5), name, granted=0, allowance=100)
+    out.wait_for(0, 60)
+    out.wait_for(1, 40)
+    assert server.take_records(name) == [] and out.allowance == 0
+    out.allowance = 30  # as if a little were left: a 31-byte block still asks, and spends the rest
+    waiter = Waiter(server, out, 2, nbytes=31)
+    waiters.append(waiter)
+    assert server.take_records(name) == [{"wait": 2, "bytes": 31}] and out.allowance == 0
+    server.set_grant(name, 3)
+    assert waiter.join(5) == "granted"
 
 
 def test_a_yield_stops_a_waiting_task(server, waiters):

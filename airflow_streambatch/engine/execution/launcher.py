@@ -153,8 +153,8 @@ class Launcher:
         spec.stream = stream_name(op.index, spec.task_key, launch_id)
         spec.pull = (launch_id, part) if self.ctx.group_scheduling else None
         input_bytes = sum(ref.size_bytes for ref in spec.inputs)
-        if self.policy.strict:  # blocks of at most block_bound bytes, within the reservation
-            spec.granted = int(reserved // op.block_bound(input_bytes))
+        if self.policy.strict:  # the reservation in bytes, not in blocks of a guessed size
+            spec.granted, spec.allowance = 0, int(reserved)
         else:
             spec.granted = int((reserved + input_bytes) // op.block_estimate(input_bytes))
         spec.skip_blocks = self.grants.streamed(op.index, spec.task_key)

@@ -155,8 +155,7 @@ def read_block_schema(ref: BlockRef) -> pa.Schema:
 
 class BlockBuilder:
     """Cuts a stream of tables into blocks of at most ``target_bytes`` (streaming repartition);
-    only a single row larger than that makes a larger block. The strict memory policy counts
-    on it: a block granted as one target's worth never takes more.
+    only a single row larger than that makes a larger block.
 
     ``emit`` is called with each finished table; it writes the block and returns
     its reference. Rows per block come from the bytes per row of what is buffered,

@@ -17,9 +17,11 @@ share no directory:
 
 A task may write ``spec.granted`` blocks without asking: the driver gives each task
 the blocks its launch estimate already reserved, so tasks whose output is as
-expected never wait. ``spec.skip_blocks`` blocks were delivered by an earlier
-attempt of the task: a retry regenerates them (streaming repartition is
-deterministic) but neither writes nor announces them, so nothing is delivered twice.
+expected never wait. Under the strict (conservative) policy it gets bytes instead,
+``spec.allowance``: its reservation exactly, whatever its blocks' sizes.
+``spec.skip_blocks`` blocks were delivered by an earlier attempt of the task: a retry
+regenerates them (streaming repartition is deterministic) but neither writes nor
+announces them, so nothing is delivered twice.
 
 Records carry the run's secret, and the driver still trusts no block a record names
 unless it is exactly one the watched task writes (`execution/stream_watcher.py`).
@@ -52,10 +54,11 @@ GRANT_WAIT_S = 1.0  # how long one grant request waits in the driver before the 
 class OutputStream:
     """The task side: waits for grants before writing a block, announces each block written."""
 
-    def __init__(self, control: ControlInfo, name: str, granted: int):
+    def __init__(self, control: ControlInfo, name: str, granted: int, allowance: int = 0):
         self.control = control
         self.name = name
         self.granted = granted
+        self.allowance = allowance  # bytes it may still write without asking
         self.waited_s = 0.0
         self.sent = 0  # records sent: each carries its number, so a retried call is not taken twice
 
@@ -64,6 +67,10 @@ class OutputStream:
         ``nbytes``, its size, lets the driver grant exactly that much memory (0: unknown)."""
         if index < self.granted:
             return
+        if 0 < nbytes <= self.allowance:
+            self.allowance -= nbytes
+            return
+        self.allowance = 0  # the driver counts what is left of the reservation into the grant
         start = time.perf_counter()
         self._send({"wait": index, "bytes": nbytes})
         while index >= self.granted:

@@ -57,8 +57,9 @@ class TaskSpec:
     """One task: its stable key, what it reads, and the partitions it descends from.
 
     ``stream`` names the task's output stream (`worker/streams.py`) when the driver watches
-    it: the task may then write ``granted`` blocks before it must wait for a grant,
-    and skips the first ``skip_blocks``, which an earlier attempt delivered.
+    it: the task may then write ``granted`` blocks, or blocks of ``allowance`` bytes in
+    all, before it must wait for a grant, and skips the first ``skip_blocks``, which an
+    earlier attempt delivered.
     """
 
     task_key: str
@@ -68,6 +69,7 @@ class TaskSpec:
     gpu_ids: tuple[str, ...] = ()
     stream: str | None = None
     granted: int = NO_GRANT_LIMIT
+    allowance: int = 0  # bytes it may write without asking (the strict policy's reservation)
     skip_blocks: int = 0
     alone: bool = False  # shared a Spark job that failed: runs in a job of its own, to find the task at fault
     order: tuple[int, ...] = ()  # the place of its output in input order (`BlockRef.order`)
@@ -135,7 +137,7 @@ class TaskOutput:
         self.op = op
         self.spec = spec
         self.blocks: list[BlockRef] = []
-        self.stream = OutputStream(op.control, spec.stream, spec.granted) if spec.stream else None
+        self.stream = OutputStream(op.control, spec.stream, spec.granted, spec.allowance) if spec.stream else None
         self.announced = 0
         self.writing: str | None = None  # the block file being written
 

@@ -142,11 +142,6 @@ class Operator:
         target = self.ctx.target_max_block_size
         return min(target, self.largest_block or target)
 
-    def block_bound(self, input_bytes: int = 0) -> int:
-        """The most bytes one block of this operator takes: tasks cut at the target
-        (`worker/blocks.py`; only a single larger row passes it)."""
-        return self.max_block_bytes
-
     def ready_tasks(self) -> int:
         """About how many tasks could start now (blocks stand in for bundles)."""
         return len(self.retry_specs) + self._pending()

@@ -44,8 +44,6 @@ class RepartitionOperator(Operator):
         until the stall guard wrote past the limit.)"""
         return input_bytes + input_bytes // 100 + 1024
 
-    block_bound = block_estimate  # exact but for the Arrow buffers, which the estimate allows for
-
     def _has_new_work(self) -> bool:
         return bool(self.groups)
 
