@@ -247,13 +247,18 @@ def main() -> None:
     summary = {}
     for policy in ("adaptive", "conservative"):
         ratios = [r[policy]["ratio"] for r in results]
+        divisible = [r[policy]["time_s"] / r["optimum"]["divisible_s"] for r in results]
         summary[policy] = {"worst": max(ratios), "median": statistics.median(ratios),
-                           "failed": sum(r[policy]["failed"] is not None for r in results)}
+                           "failed": sum(r[policy]["failed"] is not None for r in results),
+                           "divisible_worst": max(divisible), "divisible_median": statistics.median(divisible)}
     over = sum(r["conservative"]["peak_over_limit"] > 1 for r in results)
     line = "; ".join(f"{p}: worst {_x(v['worst'])}, median {_x(v['median'])}, {v['failed']} failed or hung"
                      for p, v in summary.items())
     line += (f"; conservative above its limit in {over} of {len(results)} "
-            f"(targets: worst <= 1.3x, median <= 1.15x, never above); sweep wall {wall:.0f} s")
+             f"(targets: worst <= 1.3x, median <= 1.15x, never above); sweep wall {wall:.0f} s\n\n"
+             "Against the divisible bound of earlier sweeps (`w8_draws.py`): "
+             + "; ".join(f"{p} worst {_x(v['divisible_worst'])}, median {_x(v['divisible_median'])}"
+                         for p, v in summary.items()))
     headers = ["#", "T x R", "E", "in row", "c ms/row", "F s/task", "CPU:GPU", "limit (blocks)", "repartition",
                "loaded / expanded MiB", "optimum s", "adaptive", "conservative", "cons. peak / limit"]
     table = (f"W8: {len(results)} random pipelines (seed {args.seed}), time / analytic optimum (a lower bound); "

@@ -6,9 +6,9 @@ driver talk over the control plane (`control_client.py`), since on a cluster the
 share no directory:
 
 * the task sends one ``block`` record per block it writes, a ``{"wait": i, "bytes": b}``
-  request when it must stop before writing block ``i`` of ``b`` bytes, and a ``{"done": n}`` record when it
-  has written its ``n`` blocks (in a Spark job that runs several tasks one after
-  another in a partition, the job ends much later);
+  request when it must stop before writing block ``i`` of ``b`` bytes, and a
+  ``{"done": n}`` record when it has written its ``n`` blocks (in a Spark job that runs
+  several tasks one after another in a partition, the job ends much later);
 * the driver reads those records every turn of its loop, passes each block downstream
   at once (the consumer may start before the producer ends), and raises the task's
   grant (the number of blocks it may write) when memory allows, or sets it to
