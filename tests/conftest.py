@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 
 import pytest
 
@@ -27,6 +30,57 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_here, "provider", "dags")
 
 SPARK_SLOTS = 4
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# An S3-compatible server process (moto's), started on first use by `s3_server`. Its address and
+# test credentials go into the environment now, before Spark starts, so that Spark's Python
+# workers (which inherit the JVM's environment) reach it as the driver does; they also keep
+# every client (pyarrow, obstore, boto3) off real AWS.
+S3_ENDPOINT = f"http://127.0.0.1:{_free_port()}"
+os.environ.update(AWS_ENDPOINT_URL=S3_ENDPOINT, AWS_ACCESS_KEY_ID="streambatch-test",
+                  AWS_SECRET_ACCESS_KEY="streambatch-test-secret", AWS_DEFAULT_REGION="us-east-1",
+                  AWS_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+for _name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3"):
+    os.environ.pop(_name, None)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """``python -m moto.server`` on 127.0.0.1: S3's HTTP protocol, conditional writes included."""
+    port = int(S3_ENDPOINT.rsplit(":", 1)[1])
+    log = open(tmp_path_factory.mktemp("s3") / "moto.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"moto's S3 server did not start on port {port}; see {log.name}")
+            time.sleep(0.1)
+    yield S3_ENDPOINT
+    server.terminate()
+    server.wait(timeout=30)
+    log.close()
+
+
+@pytest.fixture()
+def s3_bucket(s3_server):
+    """A new, empty bucket on the S3 server: ``s3://<bucket>``."""
+    import boto3
+
+    name = f"sb-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=name)
+    return f"s3://{name}"
 
 
 @pytest.fixture(scope="session")

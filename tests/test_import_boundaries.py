@@ -30,6 +30,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.worker", 1),
     (f"{PACKAGE}.engine.plan", 2),
     (f"{PACKAGE}.engine.spark", 3),
+    (f"{PACKAGE}.engine.output", 3),
     (f"{PACKAGE}.engine.execution", 4),
     (f"{PACKAGE}.engine", 5),  # engine/__init__.py
     (f"{PACKAGE}.engine.dataset", 5),

@@ -120,6 +120,11 @@ class DataContext:
         Default 0: refuse at once, so a second Airflow run of the same epoch fails fast and
         its retry (or a later Clear) resumes what the first committed, instead of holding
         a worker slot while it waits. A lease left by a dead run on this host is taken over.
+    :param write_lease_ttl_s: on object stores (S3, GCS, Azure), how long a write lease
+        lasts unless its holder renews it (every third of this); a lease past it is
+        taken over by the next writer, so a driver killed on another host blocks the path
+        for at most this long. Default 60. A holder that could not renew in time stops
+        committing (another writer may have taken over).
     :param control_timeout_s: seconds a task keeps trying to reach the driver's control plane
         (to announce a block or ask for memory) or another host's block server, before it
         fails with an error naming the address. Default 60.
@@ -143,6 +148,7 @@ class DataContext:
     task_timeout_s: float | None = None
     stall_timeout_s: float = 300.0
     write_lease_timeout_s: float = 0.0
+    write_lease_ttl_s: float = 60.0
     control_timeout_s: float = 60.0
     execution_options: ExecutionOptions = field(default_factory=ExecutionOptions)
 
@@ -187,7 +193,7 @@ class DataContext:
 
 _POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limit", "max_group_size")
 _POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s",
-                    "control_timeout_s")
+                    "control_timeout_s", "write_lease_ttl_s")
 
 
 def _validate(name: str, value) -> None:

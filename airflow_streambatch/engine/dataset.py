@@ -100,21 +100,21 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
         return self._with(Repartition(num_blocks))
 
     # -- execution ----------------------------------------------------------------
-    def _start(self, on_commit=None, write_mode: str = "append") -> StreamingExecutor:
+    def _start(self, on_commit=None, write_mode: str | None = "append", target=None) -> StreamingExecutor:
         ctx = self.context
-        executor = StreamingExecutor(plan(list(self._logical), ctx.enable_operator_fusion), ctx, write_mode)
+        executor = StreamingExecutor(plan(list(self._logical), ctx.enable_operator_fusion), ctx, write_mode, target)
         executor.partitions.on_commit = on_commit
         return executor.start()
 
-    def _iter_refs(self, delete: bool = True, on_commit=None,
-                   write_mode: str = "append") -> Iterator[tuple[StreamingExecutor, BlockRef]]:
+    def _iter_refs(self, delete: bool = True, on_commit=None, write_mode: str | None = "append",
+                   target=None) -> Iterator[tuple[StreamingExecutor, BlockRef]]:
         """Run the plan and yield output block references as they are produced.
 
         The caller reads each block before asking for the next; it is released then.
         A run that finishes with failed input partitions (``max_failed_partitions``)
         warns with `PartialResultWarning`: its result lacks their rows.
         """
-        executor = self._start(on_commit, write_mode)
+        executor = self._start(on_commit, write_mode, target)
         finished = False
         try:
             while True:

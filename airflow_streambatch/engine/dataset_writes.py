@@ -1,7 +1,7 @@
 """Ray Data's ``write_parquet``, ``write_json`` and ``write_csv``, on `Dataset`.
 
 Each write stages its files per partition and commits each partition at once
-(`execution/commit.py`, `docs/reliability.md`). A partition is an input partition,
+(`output/commit.py`, `docs/reliability.md`). A partition is an input partition,
 or after a ``repartition(n)`` one of its ``n`` output blocks: the repartition mixes
 every input partition into every output block, so the barrier relabels its output
 (`PartitionTracker.relabel_at_barrier`) and the write commits per output block.
@@ -12,27 +12,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from airflow_streambatch.engine.execution import lease as write_lease
-from airflow_streambatch.engine.execution.commit import CommitRecord
-from airflow_streambatch.engine.execution.partitions import WRITE_MODES, WriteResult, prepare_write
+from airflow_streambatch.engine.execution.partitions import WriteResult
 from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.output.commit import CommitRecord
+from airflow_streambatch.engine.output.target import WRITE_MODES, OutputTarget
 from airflow_streambatch.engine.plan.logical import Read, Repartition, ResourceRequest, WriteFiles
 from airflow_streambatch.engine.worker.sinks import SinkOptions
 
 OnCommit = Callable[[CommitRecord], None] | None
+Path = str | OutputTarget
 
 
 class DatasetWrites:
     """Mixed into `Dataset`; relies on its ``_logical``, ``_with`` and ``_iter_refs``."""
 
-    def write_parquet(self, path: str, *, mode: str = "append", on_commit: OnCommit = None,
+    def write_parquet(self, path: Path, *, mode: str | None = None, on_commit: OnCommit = None,
                       min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
                       num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
                       **arrow_parquet_args) -> WriteResult:
         """Parquet files under ``path/p<partition>/``, each partition committed at once.
 
+        ``path`` is a path or URI (``s3://``, ``gs://``, ``abfs://``: `docs/reliability.md`
+        says how commits work there), or an `OutputTarget` the caller opened and closes.
         ``mode`` says what happens to output already under ``path``: ``"append"``
-        (Ray Data's default: add this write's partitions beside it), ``"resume"``
+        (add this write's partitions beside it), ``None`` (the default: append, as Ray
+        Data does, but refuse a path whose last write did not finish, naming ``"resume"``
+        and ``"append"``, so a rerun never adds a silent second copy), ``"resume"``
         (finish an interrupted write: partitions committed from the same input are
         skipped without running, a partition whose input changed is refused; not after a
         ``repartition``), ``"overwrite"`` (delete what earlier writes committed, then
@@ -54,7 +59,7 @@ class DatasetWrites:
                                    format_args=arrow_parquet_args)
         return self._write(path, "parquet", mode, on_commit, options)
 
-    def write_json(self, path: str, *, mode: str = "append", on_commit: OnCommit = None,
+    def write_json(self, path: Path, *, mode: str | None = None, on_commit: OnCommit = None,
                    min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
                    num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
                    **pandas_json_args) -> WriteResult:
@@ -71,7 +76,7 @@ class DatasetWrites:
                                    format_args=pandas_json_args)
         return self._write(path, "json", mode, on_commit, options)
 
-    def write_csv(self, path: str, *, mode: str = "append", on_commit: OnCommit = None,
+    def write_csv(self, path: Path, *, mode: str | None = None, on_commit: OnCommit = None,
                   min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
                   num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
                   **arrow_csv_args) -> WriteResult:
@@ -87,34 +92,35 @@ class DatasetWrites:
                                    format_args=arrow_csv_args)
         return self._write(path, "csv", mode, on_commit, options)
 
-    def _write(self, path: str, file_format: str, mode: str, on_commit: OnCommit, options: SinkOptions) -> WriteResult:
-        if mode not in WRITE_MODES:
-            raise ValueError(f"write_{file_format}(mode={mode!r}): mode must be one of {WRITE_MODES}")
+    def _write(self, path: Path, file_format: str, mode: str | None, on_commit: OnCommit,
+               options: SinkOptions) -> WriteResult:
+        if mode is not None and mode not in WRITE_MODES:
+            raise ValueError(f"write_{file_format}(mode={mode!r}): mode must be one of {WRITE_MODES}, or None")
         if mode == "resume" and any(isinstance(op, Repartition) for op in self._logical):
             raise ValueError(
                 f"write_{file_format}(mode='resume') after repartition(): a resumed write skips the partitions an "
                 "earlier run committed, but each block of a repartition holds rows of every input partition, so no "
                 "committed block can be matched to its input; use mode='overwrite' to write it again"
             )
+        uri = path.path if isinstance(path, OutputTarget) else str(path)
         source = self._logical[0]
         if isinstance(source, Read):
-            check_disjoint(source.datasource.paths, path, f"write_{file_format}")
-        existing = prepare_write(path, mode)
-        if existing is not None:  # mode="ignore" and the path holds output
-            return WriteResult(path, skipped=existing)
-        name = f"Write{file_format.capitalize()}"
-        sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=path, file_format=file_format,
-                          options=options)
-        written = self._with(sink)
+            check_disjoint(source.datasource.paths, uri, f"write_{file_format}")
+        target = path if isinstance(path, OutputTarget) else OutputTarget.open(uri)
         try:
-            for _ in written._iter_refs(on_commit=on_commit, write_mode=mode):
+            existing = target.prepare(mode)
+            if existing is not None:  # mode="ignore" and the path holds output
+                return WriteResult(uri, skipped=existing)
+            name = f"Write{file_format.capitalize()}"
+            sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=uri, file_format=file_format,
+                              options=options)
+            written = self._with(sink)
+            for _ in written._iter_refs(on_commit=on_commit, write_mode=mode, target=target):
                 pass
-        except BaseException:
-            unclaimed = write_lease.claim(path)  # the run failed before taking over the lease
-            if unclaimed is not None:
-                unclaimed.release()
-            raise
+        finally:
+            if target is not path:
+                target.close()
         executor = written._last_executor
         self._last_stats = written._last_stats
-        return WriteResult(path, dict(executor.partitions.committed), dict(executor.skipped),
+        return WriteResult(uri, dict(executor.partitions.committed), dict(executor.skipped),
                            list(executor.partitions.failures.values()))

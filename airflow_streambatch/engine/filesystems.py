@@ -21,6 +21,19 @@ def resolve(path: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
 
 
+def object_store_scheme(fs: pafs.FileSystem) -> str | None:
+    """``s3``, ``gs`` or ``az`` for an object store's filesystem, None for the others.
+
+    Object stores have no rename, no append and whole-object writes: output commits and
+    write leases take another protocol there (`engine/output/protocols.py`).
+    """
+    for name, scheme in (("S3FileSystem", "s3"), ("GcsFileSystem", "gs"), ("AzureFileSystem", "az")):
+        cls = getattr(pafs, name, None)
+        if cls is not None and isinstance(fs, cls):
+            return scheme
+    return None
+
+
 def resolve_in(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
     """`resolve`, or with ``filesystem`` (Ray Data's ``filesystem=``) the path within it: a URI's
     scheme is dropped (``s3://bucket/key`` is ``bucket/key``), as Ray does."""

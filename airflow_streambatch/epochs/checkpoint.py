@@ -25,12 +25,13 @@ import json
 import logging
 import os
 import time
-import uuid
 from dataclasses import dataclass, field, fields
 
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter
+from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter
+from airflow_streambatch.engine.output.lease import WriteLease
+from airflow_streambatch.engine.output.protocols import protocol_for
 from airflow_streambatch.engine.errors import PartitionFailure
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.epochs.manifest import EpochManifest
@@ -160,8 +161,9 @@ def record_uri(output_path: str) -> str:
 class EpochCheckpoint:
     """Reads and writes the durable epoch record next to an epoch's output: snapshot plus journal."""
 
-    def __init__(self, output_path: str):
+    def __init__(self, output_path: str, lease: WriteLease | None = None):
         self.output_path = output_path.rstrip("/")
+        self.lease = lease  # the output's write lease, held by the run that writes (None: read only)
         self.fs, root = resolve(self.output_path)
         self.root = root.rstrip("/")
         self.path = f"{self.root}/{RECORD_NAME}"
@@ -221,15 +223,14 @@ class EpochCheckpoint:
         return True
 
     def save(self, record: EpochRecord) -> None:
-        """Snapshot the whole record through a temporary name (a killed driver leaves the old snapshot or the
-        new one), then drop the journal it absorbed (a journal left by a kill in between is of the same try
-        and says nothing the snapshot does not)."""
+        """Snapshot the whole record (a killed driver leaves the old snapshot or the new one:
+        `RenameCommit.write_whole`, or one object on object stores), then drop the journal it
+        absorbed (a journal left by a kill in between is of the same try and says nothing the
+        snapshot does not)."""
         record.updated_at = time.time()
         self.fs.create_dir(self.root, recursive=True)
-        tmp = f"{self.path}.{uuid.uuid4().hex[:8]}.tmp"
-        with self.fs.open_output_stream(tmp) as out:  # compact: the C encoder, 6x faster than indented
-            out.write(json.dumps(record.to_dict(), separators=(",", ":")).encode())
-        self.fs.move(tmp, self.path)
+        # compact: the C encoder, 6x faster than indented
+        protocol_for(self.fs).write_whole(self.path, json.dumps(record.to_dict(), separators=(",", ":")).encode())
         self._drop_journal()
 
     def _drop_journal(self) -> None:
@@ -242,7 +243,7 @@ class EpochCheckpoint:
         """Delete this epoch's committed partitions, their records, staging and the epoch record (a full
         recompute). Nothing else under the output path is touched: it may be a root that holds other
         epochs' directories or files a user put there."""
-        PartitionCommitter(self.output_path, run_id="wipe").wipe()
+        PartitionCommitter(self.output_path, run_id="wipe", lease=self.lease).wipe()
         selector = pafs.FileSelector(self.root, allow_not_found=True)
         for info in self.fs.get_file_info(selector):
             if info.type == pafs.FileType.File and info.base_name.startswith((RECORD_NAME, JOURNAL_NAME)):

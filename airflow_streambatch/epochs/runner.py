@@ -17,13 +17,13 @@ import warnings
 from collections.abc import Callable
 
 from airflow_streambatch.engine import read_api
-from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import PartialResultWarning
 from airflow_streambatch.engine.filesystems import check_disjoint
-from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.execution.partitions import WriteResult
+from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter
+from airflow_streambatch.engine.output.target import OutputTarget
 from airflow_streambatch.engine.spark.session import get_spark, ship_user_module
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus, stop_reason
 from airflow_streambatch.epochs.manifest import EpochManifest
@@ -131,21 +131,16 @@ def run_epoch(
     check_formats(input_format, output_format)
     check_output_apart(manifest, output_path)
     # one run of an epoch at a time: the record, like the commits, is written only under the output's lease
-    timeout_s = (context_overrides or {}).get("write_lease_timeout_s", DataContext.get_current().write_lease_timeout_s)
-    write_lease.acquire(output_path, run_id="epoch", timeout_s=timeout_s)
-    try:
-        return _run_epoch(manifest, pipeline, output_path, input_format, output_format, pipeline_kwargs,
-                          full_recompute, context_overrides, on_progress, spark_ui_url)
-    finally:
-        unclaimed = write_lease.claim(output_path)  # no write took it over (nothing to run, or it failed first)
-        if unclaimed is not None:
-            unclaimed.release()
+    with DataContext.get_current().scoped(**(context_overrides or {})), OutputTarget.open(output_path) as target:
+        return _run_epoch(manifest, pipeline, target, input_format, output_format, pipeline_kwargs,
+                          full_recompute, on_progress, spark_ui_url)
 
 
-def _run_epoch(manifest, pipeline, output_path, input_format, output_format, pipeline_kwargs, full_recompute,
-               context_overrides, on_progress, spark_ui_url) -> EpochRecord:
+def _run_epoch(manifest, pipeline, target: OutputTarget, input_format, output_format, pipeline_kwargs,
+               full_recompute, on_progress, spark_ui_url) -> EpochRecord:
+    output_path = target.path
     fn = load_pipeline(pipeline)
-    checkpoint = EpochCheckpoint(output_path)
+    checkpoint = EpochCheckpoint(output_path, target.lease)
     previous = checkpoint.validate(manifest, full_recompute)
     if previous is not None and previous.status == "running":  # we hold the lease: that try is not running
         log.warning("try %d of epoch %s..%s stopped without recording why (its record still says running): its "
@@ -200,9 +195,7 @@ def _run_epoch(manifest, pipeline, output_path, input_format, output_format, pip
             progress["published"] = now
         progress["bookkeeping_s"] += time.perf_counter() - started
 
-    ctx = DataContext.get_current().copy()
-    for name, value in (context_overrides or {}).items():
-        setattr(ctx, name, value)
+    ctx = DataContext.get_current().copy()  # run_epoch scoped context_overrides
     ctx.max_failed_partitions = len(manifest.partitions)  # isolate every failure; the epoch reports them
     with ctx.scoped():
         try:
@@ -215,7 +208,7 @@ def _run_epoch(manifest, pipeline, output_path, input_format, output_format, pip
             write = getattr(ds, f"write_{output_format}")
             with warnings.catch_warnings():  # failed partitions are the epoch record's to report
                 warnings.simplefilter("ignore", PartialResultWarning)
-                result: WriteResult = write(output_path, mode="resume", on_commit=committed_now)
+                result: WriteResult = write(target, mode="resume", on_commit=committed_now)
         except BaseException as exc:  # noqa: BLE001 - timeouts and SIGTERM too: the record must not say running
             record.status, record.reason = "failed", stop_reason(exc)
             log.error("epoch %s..%s stopped: %s", manifest.interval_start, manifest.interval_end, record.reason)

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as sb
-from airflow_streambatch.engine.execution.commit import PartitionCommitter
-from airflow_streambatch.engine.execution.lease import LEASE_FILE, WriteLeaseHeldError
+from airflow_streambatch.engine.output.commit import PartitionCommitter
+from airflow_streambatch.engine.output.lease import LEASE_FILE, WriteLeaseHeldError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -41,8 +41,8 @@ print("committed", len(result.committed), flush=True)
 
 _LEASE_HOLDER = """
 import time
-from airflow_streambatch.engine.execution.partitions import prepare_write
-prepare_write({out!r}, "resume")  # a writer's first step: the lease, then (here) nothing but waiting
+from airflow_streambatch.engine.output.target import OutputTarget
+target = OutputTarget.open({out!r})  # a writer's first step: the lease, then (here) nothing but waiting
 time.sleep(600)
 """
 

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_streambatch.engine.errors import PartitionFailure
-from airflow_streambatch.engine.execution.commit import PartitionCommitter
+from airflow_streambatch.engine.output.commit import PartitionCommitter
+from airflow_streambatch.engine.output.target import OutputTarget
 from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
 from airflow_streambatch.engine.execution.stream_watcher import ForgedStreamRecordError, StreamWatcher, WatchedTask
@@ -83,9 +84,10 @@ def stage(committer: PartitionCommitter, partition: int, table: pa.Table, name: 
 
 @pytest.fixture()
 def committer(tmp_path):
-    c = PartitionCommitter(str(tmp_path / "out"), run_id="r1")
-    c.claim_staging()
-    return c
+    with OutputTarget.open(str(tmp_path / "out")) as target:
+        c = target.committer("r1")
+        c.claim_staging()
+        yield c
 
 
 def test_a_partition_commits_once_its_read_is_done_and_its_last_block_dropped(committer):

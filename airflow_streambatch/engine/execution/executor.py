@@ -24,7 +24,6 @@ from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.check_ins import MAX_JOB_S, CheckIn
-from airflow_streambatch.engine.execution.commit import PartitionCommitter
 from airflow_streambatch.engine.execution.completion import Completions
 from airflow_streambatch.engine.execution.control_server import control_server
 from airflow_streambatch.engine.execution.failures import warn_if_block_dir_small
@@ -40,6 +39,7 @@ from airflow_streambatch.engine.execution.policies import make_policy
 from airflow_streambatch.engine.execution.resources import ResourcePool
 from airflow_streambatch.engine.execution.stats import RunStats, progress_line
 from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher
+from airflow_streambatch.engine.output.target import OutputTarget
 from airflow_streambatch.engine.plan.logical import WriteFiles
 from airflow_streambatch.engine.plan.planner import InputBlocksOp, PhysicalOp, RepartitionOp
 from airflow_streambatch.engine.spark.backend import SparkBackend
@@ -67,7 +67,8 @@ def _ensure_progress_visible() -> None:
 class StreamingExecutor:
     """Runs one physical plan. Output blocks, then ``DONE`` or the error, arrive on ``outputs``."""
 
-    def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None, write_mode: str = "append"):
+    def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None, write_mode: str | None = "append",
+                 target: OutputTarget | None = None):
         self.ctx = (ctx or DataContext.get_current()).copy()
         self.ops = ops
         self.run_id = uuid.uuid4().hex[:12]
@@ -81,8 +82,10 @@ class StreamingExecutor:
         sink = ops[-1].transforms[-1] if ops[-1].transforms else None
         self.committer = None
         if isinstance(sink, WriteFiles):
-            self.committer = PartitionCommitter(sink.path, self.run_id)
-            if write_mode == "append" and self.committer.scan():  # beside earlier writes: names of its own
+            if target is None:
+                raise ValueError(f"a write to {sink.path} runs with its OutputTarget (write_* opens one)")
+            self.committer = target.committer(self.run_id)
+            if write_mode in ("append", None) and self.committer.scan():  # beside earlier writes: names of its own
                 self.committer.tag = self.run_id
         barriers = sum(isinstance(op, RepartitionOp) for op in ops)  # a write commits per block after the last
         self.partitions = PartitionTracker(self.committer, ops[-1].name, barriers)
@@ -184,7 +187,7 @@ class StreamingExecutor:
             self.control.check_ins.close(self.run_id)
             self.backend.close()
             if self.committer is not None:
-                self.committer.cleanup()
+                self._finish_write(error)
             self.control.end_instances(self.run_id)  # stateful UDF instances are released where they live
             self.stats.finish(self.operators, self.memory.peak)
             self.stats.failed_partitions = list(self.partitions.failures.values())
@@ -192,6 +195,13 @@ class StreamingExecutor:
                 for op in self.operators:
                     log.info("%s", progress_line(op, final=True))
             self.outputs.put(error if error is not None else DONE)
+
+    def _finish_write(self, error: BaseException | None) -> None:
+        """Record whether the write committed every partition, then remove its staging."""
+        try:
+            self.committer.finish(error is None and not self.partitions.failures)
+        finally:
+            self.committer.cleanup()
 
     def _await_jobs(self, bound_s: float) -> None:
         """Wait, at most ``bound_s``, for the run's Spark jobs to end, sending partitions that

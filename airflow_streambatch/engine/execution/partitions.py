@@ -23,68 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.context import DataContext
-from airflow_streambatch.engine.execution import lease as write_lease
-from airflow_streambatch.engine.execution.commit import CommitRecord, PartitionCommitter, SchemaMismatchError
+from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter, SchemaMismatchError
 from airflow_streambatch.engine.worker.staging import StagedFile
 from airflow_streambatch.engine.errors import PartialResultWarning, PartitionFailure, partitions_failed
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
-
-WRITE_MODES = ("append", "resume", "overwrite", "error", "ignore")
-
-
-def prepare_write(path: str, mode: str) -> dict[int, CommitRecord] | None:
-    """Take ``path``'s write lease, then apply ``mode`` to what the path already holds, before
-    anything runs.
-
-    Returns the committed records when the write must not run (``"ignore"`` and the
-    path holds output), else None. Only partitions an earlier write committed are
-    ever deleted (``"overwrite"``); anything else under the path stops the write.
-
-    Every mode takes the lease (``lease.py``), ``append`` too: an append to an empty
-    path names its directories ``p<partition>`` like any write, so two at once would
-    collide, and an overwrite must never delete under a running append. Waits up to
-    ``DataContext.write_lease_timeout_s`` for another writer, then raises
-    `WriteLeaseHeldError`. The run that follows claims the lease (`PartitionCommitter.
-    claim_staging`) and releases it at its cleanup; a write that does not run releases it here.
-    """
-    lease = write_lease.acquire(path, run_id="preparing", timeout_s=DataContext.get_current().write_lease_timeout_s)
-    try:
-        existing = _apply_mode(path, mode)
-    except BaseException:
-        lease.release()
-        raise
-    if existing is not None:
-        lease.release()
-    return existing
-
-
-def _apply_mode(path: str, mode: str) -> dict[int, CommitRecord] | None:
-    if mode == "append":
-        return None
-    committer = PartitionCommitter(path, run_id="inspect")
-    committed = committer.scan()
-    if mode == "resume":
-        appended = sorted(name for name in committed if "-" in name)
-        if appended:
-            raise ValueError(f"{path} holds partitions of append writes ({', '.join(appended[:3])}...): mode='resume' "
-                             "continues a write that owns the path; write to a new path, or use mode='overwrite'")
-        return None
-    foreign = committer.foreign_entries()
-    if mode == "ignore":
-        return {rec.partition: rec for rec in committed.values()} if committed or foreign else None
-    if mode == "error" and (committed or foreign):
-        raise FileExistsError(f"{path} already holds output ({len(committed)} committed partition(s), "
-                              f"{len(foreign)} other entries): choose mode='overwrite', 'append', 'resume' or "
-                              "'ignore', or write to a new path")
-    if mode == "overwrite":
-        if foreign:
-            raise FileExistsError(f"{path} holds {', '.join(foreign[:5])}, which no write of this engine committed; "
-                                  "mode='overwrite' deletes only committed partitions: move them, or write elsewhere")
-        log.info("overwrite: deleted %d committed partition(s) under %s", committer.wipe(), path)
-    return None
-
 
 def warn_if_partial(failures: list[PartitionFailure]) -> None:
     """A finished run lacks the rows of failed partitions: say so, never return them silently."""

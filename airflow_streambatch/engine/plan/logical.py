@@ -138,7 +138,7 @@ class WriteFiles(Transform):
     """A sink: stages each task's rows as one file of its input partition.
 
     Yields no rows: the files travel back to the driver as task metadata, and the
-    driver commits each partition once all of its tasks are done (`execution/commit.py`).
+    driver commits each partition once all of its tasks are done (`output/commit.py`).
     """
 
     path: str = ""

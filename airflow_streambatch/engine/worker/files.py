@@ -9,7 +9,7 @@ beside the target guarantees. Files are created 0600 by default: they hold users
 data and secrets, and the mode is set when the file is created, before any byte lands.
 
 Writes through a pyarrow filesystem (S3, HDFS, ...) have no such rename and do their
-own temp-then-move (`execution/commit.py`, `worker/sinks.py`, `epochs/checkpoint.py`).
+their own protocols (`engine/output/protocols.py`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """File sinks: sink tasks stage their files per task and partition; the driver commits.
 
 A task of a write operator streams its rows into
-``<path>/_staging/<run id>/p<partition>/part-<task key>[-<n>].<ext>`` through temporary
-names, and reports the files (path, rows, bytes) back to the driver. When every task
+``<path>/_staging/<run id>/p<partition>/part-<task key>[-<n>].<ext>`` (through temporary
+names where a rename is cheap), and reports the files (path, rows, bytes) back to the driver. When every task
 of a partition has finished, the driver commits the partition
-(`execution/commit.py`). Bundles never mix partitions, so a sink task always writes
+(`output/commit.py`). Bundles never mix partitions, so a sink task always writes
 for exactly one.
 
 `SinkOptions` holds Ray Data's write arguments: rows per file, the pyarrow writer's
@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.errors import check_positive_int, is_disk_full
-from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_STREAM_ARGS, resolve
+from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_STREAM_ARGS, object_store_scheme, resolve
 from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns, staging_dir
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
@@ -155,12 +155,16 @@ def _check_json_args(args: dict) -> dict:
 
 
 class _StagedWriter:
-    """One file being staged: a temporary name until the task has finished."""
+    """One file being staged: a temporary name until the task has finished, or on object
+    stores (no rename: a move is a copy) its staged name at once. The driver commits only
+    the files tasks report, and an object appears whole when its upload completes, so a
+    task that fails there leaves nothing a commit picks up either."""
 
-    def __init__(self, fs, root: str, task_key: str, file_format: str, options: SinkOptions, schema: pa.Schema):
+    def __init__(self, fs, root: str, task_key: str, file_format: str, options: SinkOptions, schema: pa.Schema,
+                 name: str | None = None):
         self.fs, self.root, self.task_key = fs, root, task_key
         self.file_format, self.options, self.schema = file_format, options, schema
-        self.tmp = f"{root}/.tmp-{task_key}-{uuid.uuid4().hex[:8]}"
+        self.tmp = f"{root}/{name}" if name else f"{root}/.tmp-{task_key}-{uuid.uuid4().hex[:8]}"
         stream = options.open_stream_args
         self.out = fs.open_output_stream(self.tmp, compression=stream.get("compression"),
                                          buffer_size=stream.get("buffer_size"))
@@ -202,7 +206,8 @@ class _StagedWriter:
 
     def publish(self, name: str) -> StagedFile:
         final = f"{self.root}/{name}"
-        self.fs.move(self.tmp, final)
+        if final != self.tmp:
+            self.fs.move(self.tmp, final)
         return StagedFile(final, self.rows, self.fs.get_file_info(final).size, schema_columns(self.schema))
 
 
@@ -245,10 +250,17 @@ def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, e
     fs, root = resolve(path.rstrip("/"))
     root = staging_dir(root, env.run_id, partition)  # staging does not depend on the write's tag
     fs.create_dir(root, recursive=True)
+    ext = options.extension(file_format)
+    on_store = object_store_scheme(fs) is not None
     files: list[_StagedWriter] = []
+
+    def new_file(schema: pa.Schema) -> _StagedWriter:
+        name = f"part-{env.task_key}-{len(files):05d}.{ext}" if on_store else None
+        return _StagedWriter(fs, root, env.task_key, file_format, options, schema, name)
+
     try:
         for table in _same_schema(tables, partition):
-            _fill(files, table, lambda schema: _StagedWriter(fs, root, env.task_key, file_format, options, schema))
+            _fill(files, table, new_file)
         if files:
             files[-1].close()
     except BaseException as exc:
@@ -257,7 +269,9 @@ def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, e
         if is_disk_full(exc):  # say which file: the driver tells a full output disk from a full block dir
             raise OSError(errno.ENOSPC, "No space left on device", files[-1].tmp if files else root) from exc
         raise
-    ext = options.extension(file_format)
+    if on_store:  # named when opened; the commit copies only the files reported
+        env.written.extend(staged.publish(staged.tmp.rsplit("/", 1)[-1]) for staged in files)
+        return
     names = [f"part-{env.task_key}.{ext}" if len(files) == 1 else f"part-{env.task_key}-{n:05d}.{ext}"
              for n in range(len(files))]
     _remove_earlier_attempts(fs, root, env.task_key, names)

@@ -1,5 +1,5 @@
 """The staged side of exactly-once output: where sink tasks put their files, and what
-they report (`execution/commit.py` commits them).
+they report (`output/commit.py` commits them).
 
 A task stages ``<path>/_staging/<run id>/p<partition>/part-<task key>.<ext>``; the
 driver later writes the partition's record ``_commit.json`` into that directory and

@@ -11,13 +11,13 @@ Layout under the sink's ``path``::
     p00003/part-<task>.parquet                     after the commit: one directory rename
     p00003/_commit.json
 
-Committing writes the record *into* the staged directory, then renames the directory
-into place. That one rename both makes the rows visible and records the commit, so a
-reader never sees rows without their record and a driver killed at any moment leaves
-either nothing or a whole committed partition (`docs/reliability.md`). A partition is
-committed iff ``p<partition>/_commit.json`` exists. Readers skip ``_``-prefixed paths
-(Spark, pyarrow, pandas, and this engine's own readers), so they never see staged
-files; ``WriteResult.files`` lists exactly the committed ones.
+How a partition's files become visible depends on the filesystem (`protocols.py`): one
+directory rename on POSIX filesystems, a conditionally created record then server-side
+copies on object stores. Either way a partition is committed iff
+``p<partition>/_commit.json`` exists, a driver killed at any instant never leaves a row
+of an uncommitted partition visible, and readers skip ``_``-prefixed paths (Spark,
+pyarrow, pandas, and this engine's own readers), so they never see staged files;
+``WriteResult.files`` lists exactly the committed ones (`docs/reliability.md`).
 
 Each record names the input it was computed from (``inputs``: a fingerprint of the
 read task's files, sizes, modification times and row groups) and the columns it
@@ -29,7 +29,9 @@ An append to a path that already holds partitions names its directories
 every other write names them ``p00003``.
 
 One writer at a time: a run commits only while it holds ``<path>/_lease``
-(`lease.py`), taken before the write looks at the path and released by `cleanup`.
+(`lease.py`), which the `target.OutputTarget` it was given holds. ``_write.json`` says
+whether the last write under the path finished, so that a plain rerun of a failed
+write does not silently add a second copy (`target.OutputTarget.prepare`).
 """
 
 from __future__ import annotations
@@ -42,14 +44,16 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.execution import lease as write_lease
 from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.output import lease as write_lease
+from airflow_streambatch.engine.output.protocols import CommittedElsewhere, CopyCommit, protocol_for
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
 from airflow_streambatch.engine.worker.staging import RECORD, StagedFile, partition_dir, staging_dir
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
 _PARTITION_DIR = re.compile(r"^p(\d{5,})(?:-([0-9a-f]+))?$")
+WRITE_STATE = "_write.json"  # the last write's run id and whether it finished
 
 
 class SchemaMismatchError(ValueError):
@@ -99,16 +103,21 @@ class PartitionCommitter:
 
     :param tag: ``None`` for writes that own the path's ``p<partition>`` directories,
         a write's id for appends (directories ``p<partition>-<tag>``).
+    :param lease: the path's write lease, held by the caller (`target.OutputTarget`);
+        None for a committer that only reads what is committed, or wipes it.
     """
 
-    def __init__(self, path: str, run_id: str, tag: str | None = None):
+    def __init__(self, path: str, run_id: str, tag: str | None = None,
+                 lease: write_lease.WriteLease | None = None):
         self.path = path.rstrip("/")
         self.run_id = run_id
         self.tag = tag
         self.fs, root = resolve(self.path)
         self.root = root.rstrip("/")
+        self.protocol = protocol_for(self.fs)
         self.reference: tuple[int, list[list[str]]] | None = None  # (partition, schema) all commits must match
-        self.lease: write_lease.WriteLease | None = None
+        self.lease = lease
+        self._in_flight: dict[str, tuple[str, list[str]]] = {}  # staged dir name -> (final dir, file names)
 
     def staging_dir(self, partition: int) -> str:
         """Where sink tasks write this run's files of ``partition`` (inside the filesystem)."""
@@ -155,23 +164,34 @@ class PartitionCommitter:
 
     # -- committing -------------------------------------------------------------------
     def claim_staging(self) -> None:
-        """Take the path's write lease (the one `prepare_write` took for this run, else a new one,
-        refused at once while another writer holds it), then create this run's staging directory,
-        marked with the driver that owns it, after removing staging that drivers on this host left
-        when they died (killed, SIGKILL)."""
-        self.lease = write_lease.claim(self.path)
-        if self.lease is None:  # a committer used without prepare_write
-            write_lease.acquire(self.path, self.run_id, timeout_s=0)
-            self.lease = write_lease.claim(self.path)
+        """Settle what dead runs left (finish commits a killed driver left half copied, remove
+        their staging), then create this run's staging directory, marked with the driver that
+        owns it, and record that a write is under way (``_write.json``). The caller holds the lease."""
+        if self.lease is None:
+            raise RuntimeError(f"a write to {self.path} needs its write lease: open it with OutputTarget.open")
         self.lease.set_run_id(self.run_id)
         self._sweep_dead_staging()
         run_staging = f"{self.root}/_staging/{self.run_id}"
         self.fs.create_dir(run_staging, recursive=True)
         # whole or not at all: a sweep that read half a pid could take a live run's staging for a dead one's
-        tmp = f"{run_staging}/{OWNER_FILE}.tmp"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(owner_mark().encode())
-        self.fs.move(tmp, f"{run_staging}/{OWNER_FILE}")
+        self.protocol.write_whole(f"{run_staging}/{OWNER_FILE}", owner_mark().encode())
+        self._write_state("running")
+
+    def finish(self, complete: bool) -> None:
+        """Record whether this write committed every partition (``_write.json``)."""
+        self._write_state("finished" if complete else "unfinished")
+
+    def last_write(self) -> dict | None:
+        """The state of the last write under the path (run id, tag, finished or not), None if none."""
+        try:
+            with self.fs.open_input_stream(f"{self.root}/{WRITE_STATE}") as f:
+                return json.loads(f.read())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_state(self, state: str) -> None:
+        data = {"run_id": self.run_id, "tag": self.tag, "state": state, "at": time.time()}
+        self.protocol.write_whole(f"{self.root}/{WRITE_STATE}", json.dumps(data).encode())
 
     def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> CommitRecord:
         """Make the staged files of ``partition`` visible, with their record, in one rename.
@@ -195,24 +215,22 @@ class PartitionCommitter:
                     f"{self.path} would fail or drop rows; make the pipeline return the same columns and types "
                     "for every input (cast them in a map_batches step)"
                 )
-        staged = self.staging_dir(partition)
         names = sorted(f.path.rsplit("/", 1)[-1] for f in files)
         record = CommitRecord(
             partition=partition, label=label, files=[f"{partition_dir(partition, self.tag)}/{n}" for n in names],
             rows=sum(f.rows for f in files), bytes=sum(f.bytes for f in files), run_id=self.run_id,
             inputs=inputs, schema=schema,
         )
-        self.fs.create_dir(staged, recursive=True)
-        with self.fs.open_output_stream(f"{staged}/{RECORD}") as out:
-            out.write(json.dumps(asdict(record)).encode())
+        self.lease.check()  # a writer whose lease was taken over commits nothing more
         final = f"{self.root}/{partition_dir(partition, self.tag)}"
+        self._in_flight[partition_dir(partition)] = (final, names)
         try:
-            self.fs.move(staged, final)  # the commit: rows and record appear together
-        except OSError as exc:
-            if self._read_record(f"{final}/{RECORD}") is not None:
-                raise FileExistsError(f"partition {partition} of {self.path} was committed by another writer "
-                                      f"while this run computed it; nothing of this run's was added") from exc
-            raise
+            self.protocol.publish(self.staging_dir(partition), final, names, json.dumps(asdict(record)).encode())
+        except CommittedElsewhere as exc:
+            del self._in_flight[partition_dir(partition)]
+            raise FileExistsError(f"partition {partition} of {self.path} was committed by another writer "
+                                  f"while this run computed it; nothing of this run's was added") from exc
+        del self._in_flight[partition_dir(partition)]
         return record
 
     # -- removing -----------------------------------------------------------------------
@@ -225,31 +243,49 @@ class PartitionCommitter:
         path's lease (a full recompute would delete its commits and staging under it).
         Returns the partitions deleted.
         """
-        write_lease.check_not_held_by_another(self.path, "delete the committed partitions of")
+        write_lease.check_not_held_by_another(self.fs, self.root, "delete the committed partitions of", self.lease)
         committed = self.scan()
         for name in committed:
-            self.fs.delete_dir(f"{self.root}/{name}")
+            self.protocol.delete_partition(f"{self.root}/{name}")
         for leftover in ("_staging", "_commits"):  # _commits: records of the layout before version 0.2
             if self.fs.get_file_info(f"{self.root}/{leftover}").type != pafs.FileType.NotFound:
                 self.fs.delete_dir(f"{self.root}/{leftover}")
+        if self.fs.get_file_info(f"{self.root}/{WRITE_STATE}").type != pafs.FileType.NotFound:
+            self.fs.delete_file(f"{self.root}/{WRITE_STATE}")
         return len(committed)
 
     def cleanup(self) -> None:
-        """Remove this run's staging (uncommitted files of failed or unfinished partitions), then
-        give back the write lease: the next writer must not see this run's leftovers as its own."""
-        try:
-            run_staging = f"{self.root}/_staging/{self.run_id}"
-            if self.fs.get_file_info(run_staging).type != pafs.FileType.NotFound:
-                self.fs.delete_dir(run_staging)
-        finally:
-            if self.lease is not None:
-                self.lease.release()
+        """Remove this run's staging (uncommitted files of failed or unfinished partitions): the
+        next writer must not see this run's leftovers as its own. The lease stays with its target."""
+        run_staging = f"{self.root}/_staging/{self.run_id}"
+        if self._in_flight:  # a commit that failed midway (an object store's copy): finish it if it was decided
+            try:
+                self.protocol.settle(run_staging, self._in_flight)
+            except OSError as exc:
+                log.error("could not finish the commit of %s (%s); its staged files stay under %s for the next "
+                          "write to finish", sorted(self._in_flight), exc, run_staging)
+                return
+        if self.fs.get_file_info(run_staging).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(run_staging)
 
     def _sweep_dead_staging(self) -> None:
+        """On object stores every other run's staging is dead (this run holds the lease, so
+        they stopped, or were fenced off): commits they left half copied are finished, then
+        their staging removed. On POSIX filesystems (commits all or nothing), staging of
+        drivers that died on this host is removed."""
         selector = pafs.FileSelector(f"{self.root}/_staging", allow_not_found=True)
-        for info in self.fs.get_file_info(selector):
-            if info.type != pafs.FileType.Directory:
-                continue
+        dead = [info for info in self.fs.get_file_info(selector) if info.type == pafs.FileType.Directory]
+        if isinstance(self.protocol, CopyCommit):
+            records = self.scan() if dead else {}
+            for info in dead:
+                run = info.base_name
+                left = {partition_dir(rec.partition): (f"{self.root}/{name}", [f.rsplit("/", 1)[-1] for f in
+                                                                               rec.files])
+                        for name, rec in records.items() if rec.run_id == run}
+                self.protocol.settle(info.path, left)
+                self.fs.delete_dir(info.path)
+            return
+        for info in dead:
             try:
                 with self.fs.open_input_stream(f"{info.path}/{OWNER_FILE}") as f:
                     mark = f.read().decode()

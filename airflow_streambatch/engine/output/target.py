@@ -1,0 +1,109 @@
+"""The output layer's one object: an output path opened for writing.
+
+Why: a write needs three things that belong together, the path's filesystem, its write
+lease and its commit protocol, and three callers need them (``write_*``, the executor
+that commits, ``run_epoch`` that keeps its epoch record beside the output). The caller
+opens the target, which takes the lease, hands it down, and closes it when done, which
+gives the lease back: no process-wide registry, nothing guessed from threads.
+
+    with OutputTarget.open("s3://bucket/scores/2026-11-22") as target:
+        ds.write_parquet(target, mode="resume")
+"""
+
+from __future__ import annotations
+
+import logging
+
+from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.output import lease as write_lease
+from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
+
+WRITE_MODES = ("append", "resume", "overwrite", "error", "ignore")
+
+
+class OutputTarget:
+    """An output path whose write lease this process holds, until `close`."""
+
+    def __init__(self, path: str, lease: write_lease.WriteLease):
+        self.path = path.rstrip("/")
+        self.fs, root = resolve(self.path)
+        self.root = root.rstrip("/")
+        self.lease = lease
+
+    @classmethod
+    def open(cls, path: str, *, timeout_s: float | None = None, ttl_s: float | None = None) -> OutputTarget:
+        """Take ``path``'s write lease, waiting up to ``timeout_s`` (default
+        ``DataContext.write_lease_timeout_s``) for another writer, then raising
+        `WriteLeaseHeldError` naming it."""
+        ctx = DataContext.get_current()
+        fs, root = resolve(path.rstrip("/"))
+        lease = write_lease.acquire(fs, root, "preparing", ctx.write_lease_timeout_s if timeout_s is None
+                                    else timeout_s, ctx.write_lease_ttl_s if ttl_s is None else ttl_s)
+        return cls(path, lease)
+
+    def committer(self, run_id: str, tag: str | None = None) -> PartitionCommitter:
+        """A committer for one engine run, committing under this target's lease."""
+        return PartitionCommitter(self.path, run_id, tag, self.lease)
+
+    def prepare(self, mode: str | None) -> dict[int, CommitRecord] | None:
+        """Apply ``mode`` to what the path already holds, before anything runs.
+
+        Returns the committed records when the write must not run (``"ignore"`` and the
+        path holds output), else None. Only partitions an earlier write committed are
+        ever deleted (``"overwrite"``); anything else under the path stops the write.
+        ``None`` (the default) appends, as Ray Data does, unless the last write under
+        the path did not finish: then it refuses and names ``"resume"`` and ``"append"``,
+        so that rerunning a failed write never adds a silent second copy.
+        """
+        inspect = PartitionCommitter(self.path, run_id="inspect", lease=self.lease)
+        if mode is None:
+            _refuse_unfinished(self.path, inspect)
+            return None
+        if mode == "append":
+            return None
+        committed = inspect.scan()
+        if mode == "resume":
+            appended = sorted(name for name in committed if "-" in name)
+            if appended:
+                raise ValueError(f"{self.path} holds partitions of append writes ({', '.join(appended[:3])}...): "
+                                 "mode='resume' continues a write that owns the path; write to a new path, or use "
+                                 "mode='overwrite'")
+            return None
+        foreign = inspect.foreign_entries()
+        if mode == "ignore":
+            return {rec.partition: rec for rec in committed.values()} if committed or foreign else None
+        if mode == "error" and (committed or foreign):
+            raise FileExistsError(f"{self.path} already holds output ({len(committed)} committed partition(s), "
+                                  f"{len(foreign)} other entries): choose mode='overwrite', 'append', 'resume' or "
+                                  "'ignore', or write to a new path")
+        if mode == "overwrite":
+            if foreign:
+                raise FileExistsError(f"{self.path} holds {', '.join(foreign[:5])}, which no write of this engine "
+                                      "committed; mode='overwrite' deletes only committed partitions: move them, or "
+                                      "write elsewhere")
+            log.info("overwrite: deleted %d committed partition(s) under %s", inspect.wipe(), self.path)
+        return None
+
+    def close(self) -> None:
+        """Give the lease back (idempotent)."""
+        self.lease.release()
+
+    def __enter__(self) -> OutputTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _refuse_unfinished(path: str, inspect: PartitionCommitter) -> None:
+    last = inspect.last_write()
+    if last is None or last.get("state") == "finished":
+        return
+    done = sum(1 for rec in inspect.scan().values() if rec.run_id == last.get("run_id"))
+    raise FileExistsError(
+        f"{path} holds an unfinished write (run {last.get('run_id')}, {done} partition(s) committed, then it "
+        "failed or was stopped): mode='resume' finishes it, computing only the missing partitions; "
+        "mode='append' adds a second copy beside it; mode='overwrite' replaces it")
