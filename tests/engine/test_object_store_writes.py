@@ -29,7 +29,6 @@ import airflow_streambatch.engine as sb
 from airflow_streambatch.engine.output.lease import LEASE_FILE, WriteLeaseHeldError, WriteLeaseLostError, acquire
 from airflow_streambatch.engine.output.target import OutputTarget
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 FORMATS = {"parquet": "parquet", "csv": "csv", "json": "json"}
 
 
@@ -283,3 +282,14 @@ def test_an_epoch_on_s3_reruns_only_its_failed_partition(ctx, s3_bucket, tmp_pat
     assert [p.index for p in second.partitions if p.this_try] == [2]  # only the failed partition ran
     assert _ids(out) == list(range(40))
     assert EpochCheckpoint(out).load().status == "succeeded"
+
+
+def test_a_target_the_caller_opened_is_handed_to_writes_and_holds_the_lease_between_them(ctx, s3_bucket):
+    out = f"{s3_bucket}/held"
+    ds = sb.range(20, override_num_blocks=2)
+    with OutputTarget.open(out) as target:
+        assert sorted(ds.write_parquet(target, mode="resume").committed) == [0, 1]
+        with pytest.raises(WriteLeaseHeldError):  # between the writes, the path is still this caller's
+            ds.write_parquet(out, mode="resume")
+        assert sorted(ds.write_parquet(target, mode="resume").skipped) == [0, 1]
+    assert sorted(ds.write_parquet(out, mode="resume").skipped) == [0, 1]  # closed: the lease is free
