@@ -125,6 +125,10 @@ class DataContext:
         taken over by the next writer, so a driver killed on another host blocks the path
         for at most this long. Default 60. A holder that could not renew in time stops
         committing (another writer may have taken over).
+    :param table_commit_interval_s: a write to a Delta or Iceberg table commits the
+        partitions that are done in one table transaction at most this often (and when
+        the run ends): one transaction per partition would flood the table's log.
+        Default 10.
     :param control_timeout_s: seconds a task keeps trying to reach the driver's control plane
         (to announce a block or ask for memory) or another host's block server, before it
         fails with an error naming the address. Default 60.
@@ -149,6 +153,7 @@ class DataContext:
     stall_timeout_s: float = 300.0
     write_lease_timeout_s: float = 0.0
     write_lease_ttl_s: float = 60.0
+    table_commit_interval_s: float = 10.0
     control_timeout_s: float = 60.0
     execution_options: ExecutionOptions = field(default_factory=ExecutionOptions)
 
@@ -194,6 +199,7 @@ class DataContext:
 _POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limit", "max_group_size")
 _POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s",
                     "control_timeout_s", "write_lease_ttl_s")
+_NON_NEGATIVE_FLOATS = ("write_lease_timeout_s", "table_commit_interval_s")
 
 
 def _validate(name: str, value) -> None:
@@ -207,9 +213,9 @@ def _validate(name: str, value) -> None:
     elif name == "task_timeout_s" and value is not None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"DataContext.task_timeout_s must be a positive number of seconds or None, got {value!r}")
-    elif name == "write_lease_timeout_s":
+    elif name in _NON_NEGATIVE_FLOATS:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ValueError(f"DataContext.write_lease_timeout_s must be a number of seconds >= 0, got {value!r}")
+            raise ValueError(f"DataContext.{name} must be a number of seconds >= 0, got {value!r}")
     elif name == "progress_interval_s":
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"DataContext.progress_interval_s must be >= 0, got {value!r}")

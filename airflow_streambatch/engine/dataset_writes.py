@@ -15,6 +15,7 @@ from typing import Any
 from airflow_streambatch.engine.execution.partitions import WriteResult
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.output.commit import CommitRecord
+from airflow_streambatch.engine.output.tables import TableTarget
 from airflow_streambatch.engine.output.target import WRITE_MODES, OutputTarget
 from airflow_streambatch.engine.plan.logical import Read, Repartition, ResourceRequest, WriteFiles
 from airflow_streambatch.engine.worker.sinks import SinkOptions
@@ -92,28 +93,73 @@ class DatasetWrites:
                                    format_args=arrow_csv_args)
         return self._write(path, "csv", mode, on_commit, options)
 
-    def _write(self, path: Path, file_format: str, mode: str | None, on_commit: OnCommit,
+    def write_delta(self, path: str, *, mode: str = "append", idempotence_key: str | None = None,
+                    storage_options: dict[str, str] | None = None, on_commit: OnCommit = None,
+                    min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                    **arrow_parquet_args) -> WriteResult:
+        """Append to the Delta table at ``path`` (created on the first commit), exactly once per
+        partition: partitions are committed in batches of Delta transactions, each partition with
+        its idempotence marker (an application transaction), `output/tables.py`.
+
+        ``mode``: ``"append"``, ``"resume"`` (skip partitions already committed under
+        ``idempotence_key``, default ``"default"``), ``"overwrite"`` (delete every row first, in
+        one transaction), ``"error"`` or ``"ignore"`` (when the table has rows).
+        ``storage_options`` go to delta-rs; other arguments are those of `write_parquet`.
+        """
+        from airflow_streambatch.engine.output.delta import DeltaFormat
+
+        target = TableTarget(DeltaFormat(path, storage_options), idempotence_key)
+        return self._write(target, "parquet", mode, on_commit, self._table_sink_options(
+            "delta", min_rows_per_file, max_rows_per_file, arrow_parquet_args))
+
+    def write_iceberg(self, table_identifier: str, catalog_kwargs: dict | None = None,
+                      snapshot_properties: dict[str, str] | None = None, mode: str = "append", *,
+                      idempotence_key: str | None = None, on_commit: OnCommit = None,
+                      min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                      **arrow_parquet_args) -> WriteResult:
+        """Append to the existing Iceberg table ``table_identifier`` (Ray Data's arguments:
+        ``catalog_kwargs`` for ``pyiceberg.catalog.load_catalog``, default the embedded SQLite
+        catalog; ``snapshot_properties`` added to every snapshot), exactly once per partition:
+        batches of partitions per snapshot, each partition with its marker in the snapshot's
+        summary. ``mode`` and ``idempotence_key`` as in `write_delta`.
+        """
+        from airflow_streambatch.engine.output.iceberg import IcebergFormat
+
+        target = TableTarget(IcebergFormat(table_identifier, catalog_kwargs, snapshot_properties), idempotence_key)
+        return self._write(target, "parquet", mode, on_commit, self._table_sink_options(
+            "iceberg", min_rows_per_file, max_rows_per_file, arrow_parquet_args))
+
+    @staticmethod
+    def _table_sink_options(where: str, min_rows, max_rows, arrow_parquet_args) -> SinkOptions:
+        options = SinkOptions.make("parquet", min_rows_per_file=min_rows, max_rows_per_file=max_rows,
+                                   format_args=arrow_parquet_args)
+        options.table = where
+        return options
+
+    def _write(self, path: Path | TableTarget, file_format: str, mode: str | None, on_commit: OnCommit,
                options: SinkOptions) -> WriteResult:
         if mode is not None and mode not in WRITE_MODES:
-            raise ValueError(f"write_{file_format}(mode={mode!r}): mode must be one of {WRITE_MODES}, or None")
+            raise ValueError(f"write_{options.table or file_format}(mode={mode!r}): mode must be one of "
+                             f"{WRITE_MODES}, or None")
         if mode == "resume" and any(isinstance(op, Repartition) for op in self._logical):
             raise ValueError(
-                f"write_{file_format}(mode='resume') after repartition(): a resumed write skips the partitions an "
-                "earlier run committed, but each block of a repartition holds rows of every input partition, so no "
-                "committed block can be matched to its input; use mode='overwrite' to write it again"
+                f"write_{options.table or file_format}(mode='resume') after repartition(): a resumed write skips the "
+                "partitions an earlier run committed, but each block of a repartition holds rows of every input "
+                "partition, so no committed block can be matched to its input; use mode='overwrite' to write it again"
             )
-        uri = path.path if isinstance(path, OutputTarget) else str(path)
+        uri = path.path if isinstance(path, (OutputTarget, TableTarget)) else str(path)
         source = self._logical[0]
         if isinstance(source, Read):
-            check_disjoint(source.datasource.paths, uri, f"write_{file_format}")
-        target = path if isinstance(path, OutputTarget) else OutputTarget.open(uri)
+            check_disjoint(source.datasource.paths, uri, f"write_{options.table or file_format}")
+        target = path if isinstance(path, (OutputTarget, TableTarget)) else OutputTarget.open(uri)
         try:
             existing = target.prepare(mode)
             if existing is not None:  # mode="ignore" and the path holds output
                 return WriteResult(uri, skipped=existing)
-            name = f"Write{file_format.capitalize()}"
-            sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=uri, file_format=file_format,
-                              options=options)
+            name = f"Write{(options.table or file_format).capitalize()}"
+            committer_path = target.table.data_path() if isinstance(target, TableTarget) else uri
+            sink = WriteFiles(name=name, compute=ResourceRequest.make(name), path=committer_path,
+                              file_format=file_format, options=options, staged=not isinstance(target, TableTarget))
             written = self._with(sink)
             for _ in written._iter_refs(on_commit=on_commit, write_mode=mode, target=target):
                 pass
@@ -122,5 +168,5 @@ class DatasetWrites:
                 target.close()
         executor = written._last_executor
         self._last_stats = written._last_stats
-        return WriteResult(uri, dict(executor.partitions.committed), dict(executor.skipped),
+        return WriteResult(committer_path, dict(executor.partitions.committed), dict(executor.skipped),
                            list(executor.partitions.failures.values()))

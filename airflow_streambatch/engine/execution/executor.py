@@ -84,9 +84,7 @@ class StreamingExecutor:
         if isinstance(sink, WriteFiles):
             if target is None:
                 raise ValueError(f"a write to {sink.path} runs with its OutputTarget (write_* opens one)")
-            self.committer = target.committer(self.run_id)
-            if write_mode in ("append", None) and self.committer.scan():  # beside earlier writes: names of its own
-                self.committer.tag = self.run_id
+            self.committer = target.committer(self.run_id, write_mode)
         barriers = sum(isinstance(op, RepartitionOp) for op in ops)  # a write commits per block after the last
         self.partitions = PartitionTracker(self.committer, ops[-1].name, barriers)
         self.skipped: dict = {}
@@ -187,7 +185,7 @@ class StreamingExecutor:
             self.control.check_ins.close(self.run_id)
             self.backend.close()
             if self.committer is not None:
-                self._finish_write(error)
+                error = self._finish_write(error)
             self.control.end_instances(self.run_id)  # stateful UDF instances are released where they live
             self.stats.finish(self.operators, self.memory.peak)
             self.stats.failed_partitions = list(self.partitions.failures.values())
@@ -196,12 +194,20 @@ class StreamingExecutor:
                     log.info("%s", progress_line(op, final=True))
             self.outputs.put(error if error is not None else DONE)
 
-    def _finish_write(self, error: BaseException | None) -> None:
-        """Record whether the write committed every partition, then remove its staging."""
+    def _finish_write(self, error: BaseException | None) -> BaseException | None:
+        """Commit what waits to be committed (a table's last batch: its partitions are done,
+        whether or not the run failed), record whether the write committed every partition,
+        then remove its staging. Returns the run's error, or the flush's."""
+        try:
+            self.partitions.flush()
+        except Exception as exc:  # noqa: BLE001 - the consumer gets it, unless the run failed first
+            log.error("the last commit of %s failed: %s", self.committer.path, exc)
+            error = error or exc
         try:
             self.committer.finish(error is None and not self.partitions.failures)
         finally:
             self.committer.cleanup()
+        return error
 
     def _await_jobs(self, bound_s: float) -> None:
         """Wait, at most ``bound_s``, for the run's Spark jobs to end, sending partitions that

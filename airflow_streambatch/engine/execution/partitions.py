@@ -152,15 +152,24 @@ class PartitionTracker:
             return
         label, files = self.label(partition), self.files.pop(partition, [])
         try:
-            record = self.committer.commit(partition, label, files, self.identities.get(partition, ""))
+            records = self.committer.commit(partition, label, files, self.identities.get(partition, ""))
         except (SchemaMismatchError, FileExistsError) as exc:
             self.fail(PartitionFailure(partition, label, self.sink_name, f"{type(exc).__name__}: {exc}"))
             return
-        self.committed[partition] = record
-        log.info("committed partition %d (%s): %d rows in %d file(s)", partition, record.label, record.rows,
-                 len(record.files))
-        if self.on_commit is not None:
-            try:
-                self.on_commit(record)
-            except Exception:  # an observer must not fail a partition that is already committed
-                log.exception("on_commit callback failed for partition %d; the commit stands", partition)
+        self._landed(records)
+
+    def flush(self) -> None:
+        """Commit what the committer still holds (a table's last batch): the run's work is done."""
+        if self.committer is not None:
+            self._landed(self.committer.flush())
+
+    def _landed(self, records: list[CommitRecord]) -> None:
+        for record in records:
+            self.committed[record.partition] = record
+            log.info("committed partition %d (%s): %d rows in %d file(s)", record.partition, record.label,
+                     record.rows, len(record.files))
+            if self.on_commit is not None:
+                try:
+                    self.on_commit(record)
+                except Exception:  # an observer must not fail a partition that is already committed
+                    log.exception("on_commit callback failed for partition %d; the commit stands", record.partition)

@@ -81,6 +81,43 @@ def describe_schema_difference(expected: list[list[str]], found: list[list[str]]
     return ", ".join(parts) or f"column order {[c for c, _ in found]} instead of {[c for c, _ in expected]}"
 
 
+class SchemaGuard:
+    """Every partition committed to one output has the same columns: the first one's, or those
+    of partitions committed earlier (readers of mixed files fail or drop rows)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.reference: tuple[int, list[list[str]]] | None = None  # (partition, schema) all commits must match
+
+    def set_reference(self, records: dict) -> None:
+        """Partitions committed earlier fix the schema this write must match."""
+        for rec in sorted(records.values(), key=lambda r: r.partition):
+            if rec.schema is not None:
+                self.reference = (rec.partition, rec.schema)
+                return
+
+    def check(self, partition: int, label: str, files: list[StagedFile]) -> list[list[str]] | None:
+        """The partition's schema (None when it has no rows); `SchemaMismatchError` if it differs."""
+        schemas = [f.schema for f in files if f.rows]
+        schema = schemas[0] if schemas else None
+        for other in schemas[1:]:
+            if other != schema:
+                raise SchemaMismatchError(f"partition {partition} ({label}) wrote files of different schemas: "
+                                          f"{describe_schema_difference(schema, other)}")
+        if schema is None:
+            return None
+        if self.reference is None:
+            self.reference = (partition, schema)
+        elif schema != self.reference[1]:
+            raise SchemaMismatchError(
+                f"partition {partition} ({label}) writes columns that differ from committed partition "
+                f"{self.reference[0]}: {describe_schema_difference(self.reference[1], schema)}. Readers of "
+                f"{self.path} would fail or drop rows; make the pipeline return the same columns and types "
+                "for every input (cast them in a map_batches step)"
+            )
+        return schema
+
+
 def check_resumable(path: str, partition: int, record: CommitRecord, task) -> None:
     """A resumed write may skip ``partition`` only if its record came from the same input.
 
@@ -115,7 +152,7 @@ class PartitionCommitter:
         self.fs, root = resolve(self.path)
         self.root = root.rstrip("/")
         self.protocol = protocol_for(self.fs)
-        self.reference: tuple[int, list[list[str]]] | None = None  # (partition, schema) all commits must match
+        self.schemas = SchemaGuard(self.path)
         self.lease = lease
         self._in_flight: dict[str, tuple[str, list[str]]] = {}  # staged dir name -> (final dir, file names)
 
@@ -156,11 +193,7 @@ class PartitionCommitter:
             return None
 
     def set_reference_schema(self, records: dict) -> None:
-        """Partitions committed earlier fix the schema this write must match."""
-        for rec in sorted(records.values(), key=lambda r: r.partition):
-            if rec.schema is not None:
-                self.reference = (rec.partition, rec.schema)
-                return
+        self.schemas.set_reference(records)
 
     # -- committing -------------------------------------------------------------------
     def claim_staging(self) -> None:
@@ -193,28 +226,14 @@ class PartitionCommitter:
         data = {"run_id": self.run_id, "tag": self.tag, "state": state, "at": time.time()}
         self.protocol.write_whole(f"{self.root}/{WRITE_STATE}", json.dumps(data).encode())
 
-    def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> CommitRecord:
-        """Make the staged files of ``partition`` visible, with their record, in one rename.
+    def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> list[CommitRecord]:
+        """Make the staged files of ``partition`` visible, with their record; the records now
+        committed (this partition's: a table's committer batches partitions, `tables.py`).
 
         Raises `SchemaMismatchError` (and commits nothing) when the partition's columns
         differ from those already committed to this path.
         """
-        schemas = [f.schema for f in files if f.rows]
-        schema = schemas[0] if schemas else None
-        for other in schemas[1:]:
-            if other != schema:
-                raise SchemaMismatchError(f"partition {partition} ({label}) wrote files of different schemas: "
-                                          f"{describe_schema_difference(schema, other)}")
-        if schema is not None:
-            if self.reference is None:
-                self.reference = (partition, schema)
-            elif schema != self.reference[1]:
-                raise SchemaMismatchError(
-                    f"partition {partition} ({label}) writes columns that differ from committed partition "
-                    f"{self.reference[0]}: {describe_schema_difference(self.reference[1], schema)}. Readers of "
-                    f"{self.path} would fail or drop rows; make the pipeline return the same columns and types "
-                    "for every input (cast them in a map_batches step)"
-                )
+        schema = self.schemas.check(partition, label, files)
         names = sorted(f.path.rsplit("/", 1)[-1] for f in files)
         record = CommitRecord(
             partition=partition, label=label, files=[f"{partition_dir(partition, self.tag)}/{n}" for n in names],
@@ -231,7 +250,11 @@ class PartitionCommitter:
             raise FileExistsError(f"partition {partition} of {self.path} was committed by another writer "
                                   f"while this run computed it; nothing of this run's was added") from exc
         del self._in_flight[partition_dir(partition)]
-        return record
+        return [record]
+
+    def flush(self) -> list[CommitRecord]:
+        """Nothing waits: each partition was committed when its last task was done."""
+        return []
 
     # -- removing -----------------------------------------------------------------------
     def wipe(self) -> int:

@@ -44,9 +44,13 @@ class OutputTarget:
                                     else timeout_s, ctx.write_lease_ttl_s if ttl_s is None else ttl_s)
         return cls(path, lease)
 
-    def committer(self, run_id: str, tag: str | None = None) -> PartitionCommitter:
-        """A committer for one engine run, committing under this target's lease."""
-        return PartitionCommitter(self.path, run_id, tag, self.lease)
+    def committer(self, run_id: str, mode: str | None = "resume") -> PartitionCommitter:
+        """A committer for one engine run, committing under this target's lease. An append
+        beside earlier writes names its partition directories with the run id."""
+        committer = PartitionCommitter(self.path, run_id, None, self.lease)
+        if mode in ("append", None) and committer.scan():
+            committer.tag = run_id
+        return committer
 
     def prepare(self, mode: str | None) -> dict[int, CommitRecord] | None:
         """Apply ``mode`` to what the path already holds, before anything runs.

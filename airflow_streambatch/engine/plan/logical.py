@@ -144,9 +144,10 @@ class WriteFiles(Transform):
     path: str = ""
     file_format: str = "parquet"
     options: SinkOptions = field(default_factory=SinkOptions)
+    staged: bool = True  # False: a table's data files, written where they stay (`output/tables.py`)
 
     def apply(self, tables, env):
-        write_task_output(tables, self.path, self.file_format, env, self.options)
+        write_task_output(tables, self.path, self.file_format, env, self.options, self.staged)
         yield from ()
 
 

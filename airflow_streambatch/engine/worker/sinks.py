@@ -57,6 +57,7 @@ class SinkOptions:
     max_rows_per_file: int | None = None
     format_args: dict = field(default_factory=dict)
     open_stream_args: dict = field(default_factory=dict)
+    table: str = ""  # "delta" or "iceberg" when the files are a table's (named in messages)
 
     @classmethod
     def make(cls, file_format: str, *, min_rows_per_file=None, max_rows_per_file=None, num_rows_per_file=None,
@@ -238,24 +239,29 @@ def _fill(files: list[_StagedWriter], table: pa.Table, new_file) -> None:
 
 
 def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, env,
-                      options: SinkOptions | None = None) -> None:
-    """Stream ``tables`` into this task's staged files; record them in ``env.written``.
+                      options: SinkOptions | None = None, staged: bool = True) -> None:
+    """Stream ``tables`` into this task's files; record them in ``env.written``.
 
-    Files stay under temporary names until the task has written them all: a task that
-    fails leaves nothing a commit would pick up, and a retry (same task key) writes the
-    same names again.
+    ``staged``: the files go to the partition's staging directory, which the commit
+    makes visible; otherwise (a table's data files, visible only once a table commit
+    lists them) straight into ``path``, named by run and task so that no two runs or
+    tasks collide. Files stay under temporary names until the task has written them
+    all where a rename is cheap: a task that fails leaves nothing a commit would pick
+    up, and a retry (same task key) writes the same names again.
     """
     options = options or SinkOptions()
     (partition,) = env.partitions
     fs, root = resolve(path.rstrip("/"))
-    root = staging_dir(root, env.run_id, partition)  # staging does not depend on the write's tag
+    if staged:
+        root = staging_dir(root, env.run_id, partition)  # staging does not depend on the write's tag
     fs.create_dir(root, recursive=True)
     ext = options.extension(file_format)
     on_store = object_store_scheme(fs) is not None
+    stem = f"part-{env.task_key}" if staged else f"part-{env.run_id}-{env.task_key}"
     files: list[_StagedWriter] = []
 
     def new_file(schema: pa.Schema) -> _StagedWriter:
-        name = f"part-{env.task_key}-{len(files):05d}.{ext}" if on_store else None
+        name = f"{stem}-{len(files):05d}.{ext}" if on_store else None
         return _StagedWriter(fs, root, env.task_key, file_format, options, schema, name)
 
     try:
@@ -264,19 +270,19 @@ def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, e
         if files:
             files[-1].close()
     except BaseException as exc:
-        for staged in files:
-            staged.discard()
+        for file in files:
+            file.discard()
         if is_disk_full(exc):  # say which file: the driver tells a full output disk from a full block dir
             raise OSError(errno.ENOSPC, "No space left on device", files[-1].tmp if files else root) from exc
         raise
     if on_store:  # named when opened; the commit copies only the files reported
-        env.written.extend(staged.publish(staged.tmp.rsplit("/", 1)[-1]) for staged in files)
+        env.written.extend(file.publish(file.tmp.rsplit("/", 1)[-1]) for file in files)
         return
-    names = [f"part-{env.task_key}.{ext}" if len(files) == 1 else f"part-{env.task_key}-{n:05d}.{ext}"
-             for n in range(len(files))]
-    _remove_earlier_attempts(fs, root, env.task_key, names)
-    for name, staged in zip(names, files):
-        env.written.append(staged.publish(name))
+    names = [f"{stem}.{ext}" if len(files) == 1 and staged else f"{stem}-{n:05d}.{ext}" for n in range(len(files))]
+    if staged:
+        _remove_earlier_attempts(fs, root, env.task_key, names)
+    for name, file in zip(names, files):
+        env.written.append(file.publish(name))
 
 
 def _remove_earlier_attempts(fs, root: str, task_key: str, names: list[str]) -> None:

@@ -1,0 +1,404 @@
+"""W10: writes to an object store: what a partition's commit costs on S3 against a local disk.
+
+On a local filesystem a partition commits with one directory rename. On S3 there is no
+rename (`engine/output/protocols.py`): the commit creates ``p<partition>/_commit.json``
+with a conditional create (the commit point), copies each staged file to its final name
+server side, then deletes the staging. This measures what that costs, in one run, against
+an S3-compatible server process the benchmark starts itself (``python -m moto.server`` on
+127.0.0.1, moto's S3 with conditional writes):
+
+* **write time, local vs S3**: the same pipeline (``sb.range(N, override_num_blocks=P)``, a
+  cheap ``map_batches`` that adds a float column, ``write_parquet``) to a local temporary
+  directory and to ``s3://``; the fastest of ``reps`` runs each, alternating which goes
+  first, a fresh output path every run. ``override_num_blocks`` is the point here: it sets
+  the number of partitions, i.e. of commits; N stays the same at every P.
+* **cost per partition**: the write's time over P at two values of P, for both
+  filesystems: flat means it does not grow with the number of partitions. Also the time
+  spent inside the driver's commits (`PartitionCommitter.commit`, timed by a wrapper
+  installed in this process, where the driver runs), in total and per partition.
+* **requests per partition**: every HTTP request one more S3 write makes, from moto's
+  request recorder (``/moto-api/recorder/...``), by method, with CopyObject told apart from
+  other PUTs by its ``x-amz-copy-source`` header; counted again from the server's access
+  log as a check. Recording is on only for this extra, untimed run.
+
+Every run's result must hold N rows in P committed partitions; after the first local run
+and the recorded S3 run of each P, a plain reader (pyarrow, skipping ``_``-prefixed paths)
+must read back ids 0..N-1 exactly once, with P commit records and no staged file left.
+Anything else exits non-zero. Spark (``local[2]``) and the S3 server share this machine's
+cores: loopback moto is neither real S3's latency nor its throughput.
+
+    python -m benchmarks.w10_object_store [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchmarks.common import engine_context, markdown_table, parse_args, save, spark_session, timed, warm_up
+
+BUCKET = "streambatch-w10"
+METHODS = ("PUT", "COPY", "POST", "GET", "HEAD", "DELETE")  # COPY: a PUT with x-amz-copy-source
+_ACCESS_LINE = re.compile(r'"(?:\x1b\[[\d;]*m)*([A-Z]+) (\S+) HTTP/[\d.]+(?:\x1b\[[\d;]*m)*" (\d{3})')
+
+
+@dataclass
+class W10:
+    rows: int = 1_000_000
+    sizes: tuple = (200, 2_000)  # partitions (= commits) per write
+    reps: int = 3  # timed runs per filesystem and size; the fastest counts
+    slots: int = 2
+
+
+QUICK = W10(rows=100_000, sizes=(50, 200), reps=3)
+
+
+class Failed(RuntimeError):
+    """A write or its read-back did not give what it must: the benchmark exits non-zero."""
+
+
+def check(ok: bool, message: str) -> None:
+    if not ok:
+        raise Failed(message)
+
+
+def add_score(batch: pa.Table) -> pa.Table:
+    """The cheap transform: a float column computed from the id."""
+    return batch.append_column("score", pc.multiply(pc.cast(batch["id"], pa.float64()), 0.5))
+
+
+# -- the S3 server -----------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MotoServer:
+    """``python -m moto.server`` on a free loopback port, with its request recorder writing to
+    ``recording``, its access log to ``log_path``; the AWS variables pointed at it."""
+
+    def __init__(self, work: str, start_timeout_s: float = 60.0):
+        self.port = _free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.recording = os.path.join(work, "moto-recording.jsonl")
+        self.log_path = os.path.join(work, "moto.log")
+        # before Spark starts: its Python workers inherit the JVM's environment, which is this one
+        os.environ.update(AWS_ENDPOINT_URL=self.endpoint, AWS_ACCESS_KEY_ID="streambatch-bench",
+                          AWS_SECRET_ACCESS_KEY="streambatch-bench-secret", AWS_DEFAULT_REGION="us-east-1",
+                          AWS_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3"):
+            os.environ.pop(name, None)
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "MOTO_RECORDER_FILEPATH": self.recording})
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise Failed(f"moto's S3 server did not start on port {self.port} within "
+                                 f"{start_timeout_s:.0f} s; see {self.log_path}") from None
+                time.sleep(0.1)
+
+    def api(self, action: str) -> bytes:
+        method = "GET" if action == "download-recording" else "POST"
+        request = urllib.request.Request(f"{self.endpoint}/moto-api/recorder/{action}", method=method)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read()
+
+    def record(self, fn):
+        """(fn's result, the requests it made as recorded, the same from the access log)."""
+        self.api("reset-recording")
+        self._log.flush()
+        offset = os.path.getsize(self.log_path)
+        self.api("start-recording")
+        try:
+            result = fn()
+        finally:
+            self.api("stop-recording")
+        recorded = [json.loads(line) for line in self.api("download-recording").decode().splitlines() if line]
+        time.sleep(0.2)  # the access log line of the last request is written as its response goes out
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            logged = [m.groups() for m in _ACCESS_LINE.finditer(f.read().decode(errors="replace"))]
+        return result, recorded, [(m, p, int(s)) for m, p, s in logged if not p.startswith("/moto-api/")]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=15)
+        self._log.close()
+
+
+def method_of(entry: dict) -> str:
+    headers = {k.lower() for k in entry["headers"]}
+    return "COPY" if entry["method"] == "PUT" and "x-amz-copy-source" in headers else entry["method"]
+
+
+def purpose_of(entry: dict) -> str:
+    """What a recorded request was for, from its method, key, query and headers."""
+    method, (path, _, query) = method_of(entry), entry["url"].split("://", 1)[-1].partition("/")[2].partition("?")
+    if method == "COPY":
+        return "copy staged file to final name (CopyObject)"
+    if path.endswith("/_commit.json"):
+        return "commit record, conditional create" if method == "PUT" else f"commit record {method}"
+    if path.endswith(("/_lease", "/_write.json")) or "/_driver" in path:
+        return "lease, _write.json, _driver"
+    if "uploads" in query or "uploadId" in query:
+        return "multipart upload (start, part, complete)"
+    if method == "PUT":
+        return "directory marker" if path.endswith("/") else "put object"
+    if method == "GET":
+        return "list" if "list-type" in query else "get object"
+    if method == "POST" and "delete" in query:
+        return "batch delete (DeleteObjects)"
+    return {"HEAD": "head (exists? / bucket probe)", "DELETE": "delete (directory marker)"}.get(method, method)
+
+
+def trace_line(entry: dict) -> str:
+    path, _, query = entry["url"].split("://", 1)[-1].partition("/")[2].partition("?")
+    query = re.sub(r"uploadId=[^&]+", "uploadId=...", query)
+    return f"{method_of(entry)} {path}" + (f"?{query}" if query else "")
+
+
+def request_latency(server: MotoServer, calls: int = 200) -> dict:
+    """The round trip of one request to this server from the driver: a pyarrow ``get_file_info``
+    of an existing object (the requests it makes are counted from the recording)."""
+    import statistics
+
+    from airflow_streambatch.engine.filesystems import resolve
+
+    fs, key = resolve(f"s3://{BUCKET}/probe/object")
+    with fs.open_output_stream(key) as f:
+        f.write(b"x")
+    fs.get_file_info(key)
+    times, recorded, _ = server.record(lambda: [timed(lambda: fs.get_file_info(key))[0] for _ in range(calls)])
+    return {"ms_median": 1000 * statistics.median(times), "calls": calls,
+            "requests_per_call": len(recorded) / calls, "methods": dict(Counter(method_of(e) for e in recorded))}
+
+
+# -- one write ---------------------------------------------------------------------------
+class CommitTimer:
+    """Seconds spent inside the driver's commits, by wrappers installed in place on the classes:
+    `PartitionCommitter.commit` (the whole commit), the protocol's ``publish`` (on S3: the
+    conditional create, the copies and the staging's deletion) and `CopyCommit._copy` (the
+    copies and the deletion alone)."""
+
+    PARTS = ("commit", "publish", "copy")
+
+    def __init__(self):
+        from airflow_streambatch.engine.output.commit import PartitionCommitter
+        from airflow_streambatch.engine.output.protocols import CopyCommit, RenameCommit
+
+        self._lock = threading.Lock()
+        self.reset()
+        for cls, name, part in ((PartitionCommitter, "commit", "commit"), (RenameCommit, "publish", "publish"),
+                                (CopyCommit, "publish", "publish"), (CopyCommit, "_copy", "copy")):
+            setattr(cls, name, self._wrap(getattr(cls, name), part))
+
+    def _wrap(self, original, part: str):
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.seconds[part] += time.perf_counter() - start
+                    self.calls[part] += 1
+
+        return wrapper
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seconds, self.calls = dict.fromkeys(self.PARTS, 0.0), dict.fromkeys(self.PARTS, 0)
+
+
+def write(cfg: W10, partitions: int, out: str, timer: CommitTimer) -> dict:
+    import airflow_streambatch.engine as sb
+
+    engine_context(resources={"CPU": cfg.slots})
+    timer.reset()
+    seconds, result = timed(lambda: sb.range(cfg.rows, override_num_blocks=partitions)
+                            .map_batches(add_score, batch_format="pyarrow").write_parquet(out))
+    check(not result.failed, f"{out}: {len(result.failed)} partition(s) failed: {result.failed[:3]}")
+    check(result.rows == cfg.rows and len(result.committed) == partitions,
+          f"{out}: {result.rows} rows in {len(result.committed)} partitions, expected {cfg.rows} in {partitions}")
+    check(timer.calls["commit"] == partitions, f"{out}: {timer.calls['commit']} commits timed, not {partitions}")
+    return {"s": seconds, "commit_s": timer.seconds["commit"], "publish_s": timer.seconds["publish"],
+            "copy_s": timer.seconds["copy"], "files": len(result.files)}
+
+
+def read_back(out: str, cfg: W10, partitions: int) -> None:
+    """A plain reader sees ids 0..rows-1 once each; P commit records; no staged file left."""
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    from airflow_streambatch.engine.filesystems import resolve
+
+    fs, root = resolve(out)
+    entries = [i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File]
+    relative = [i.path[len(root.rstrip("/")) + 1:] for i in entries]
+    records = sum(1 for p in relative if p.endswith("/_commit.json"))
+    staged = [p for p in relative if p.startswith("_staging/") and not p.endswith("/_driver")]
+    check(records == partitions and not staged,
+          f"{out}: {records} commit records (expected {partitions}), staged files left: {staged[:3]}")
+    ids = pads.dataset(root, filesystem=fs, format="parquet", ignore_prefixes=["_", "."]).to_table(columns=["id"])["id"]
+    check(len(ids) == cfg.rows and pc.count_distinct(ids).as_py() == cfg.rows and pc.min(ids).as_py() == 0
+          and pc.max(ids).as_py() == cfg.rows - 1, f"{out}: read back {len(ids)} rows, not ids 0..{cfg.rows - 1}")
+
+
+def measure(cfg: W10, partitions: int, server: MotoServer, work: str, timer: CommitTimer) -> dict:
+    runs: dict[str, list[dict]] = {"local": [], "s3": []}
+    for rep in range(cfg.reps):  # alternate, so that neither filesystem always runs on a warmer machine
+        for fs_name in ("local", "s3") if rep % 2 == 0 else ("s3", "local"):
+            out = f"{work}/local-{partitions}-{rep}" if fs_name == "local" else f"s3://{BUCKET}/w10-{partitions}-{rep}"
+            runs[fs_name].append(write(cfg, partitions, out, timer))
+            if fs_name == "local":
+                if rep == 0:
+                    read_back(out, cfg, partitions)
+                shutil.rmtree(out)
+        print(f"  P={partitions} rep {rep}: local {runs['local'][-1]['s']:.2f} s, S3 {runs['s3'][-1]['s']:.2f} s",
+              flush=True)
+    out = f"s3://{BUCKET}/w10-{partitions}-recorded"
+    recorded_run, recorded, logged = server.record(lambda: write(cfg, partitions, out, timer))
+    read_back(out, cfg, partitions)
+    as_logged = Counter(m for m, _, _ in logged)
+    check(Counter(e["method"] for e in recorded) == as_logged,
+          f"the recorder saw {len(recorded)} requests, the access log {len(logged)} ({dict(as_logged)})")
+    methods = Counter(method_of(e) for e in recorded)
+    row = {"partitions": partitions, "rows": cfg.rows, "files": recorded_run["files"], "requests": len(recorded),
+           "requests_logged": len(logged), "by_method": {m: methods.get(m, 0) for m in METHODS},
+           "by_purpose": dict(Counter(purpose_of(e) for e in recorded).most_common()),
+           "by_status": dict(Counter(str(s) for _, _, s in logged).most_common()),
+           "recorded_run_s": recorded_run["s"], "recorded_commit_s": recorded_run["commit_s"],
+           "partition_1_requests": [trace_line(e) for e in recorded if "p00001" in e["url"]]}
+    for fs_name, values in runs.items():
+        best = min(values, key=lambda r: r["s"])
+        row[f"{fs_name}_s"], row[f"{fs_name}_commit_s"] = best["s"], best["commit_s"]
+        row[f"{fs_name}_runs_s"] = [r["s"] for r in values]
+        row[f"{fs_name}_commit_runs_s"] = [r["commit_s"] for r in values]
+        row[f"{fs_name}_ms_per_partition"] = 1000 * best["s"] / partitions
+        row[f"{fs_name}_commit_ms_per_partition"] = 1000 * best["commit_s"] / partitions
+        row[f"{fs_name}_publish_ms_per_partition"] = 1000 * best["publish_s"] / partitions
+        row[f"{fs_name}_copy_ms_per_partition"] = 1000 * best["copy_s"] / partitions
+    row["ratio"] = row["s3_s"] / row["local_s"]
+    return row
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    cfg = QUICK if args.quick else W10()
+    work = tempfile.mkdtemp(prefix="streambatch-w10-")
+    server = MotoServer(work)  # first: sets the AWS variables Spark's workers inherit
+    runs = []
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=server.endpoint).create_bucket(Bucket=BUCKET)
+        spark_session(cfg.slots)
+        warm_up(cfg.slots)
+        timer = CommitTimer()
+        for out in (f"{work}/warm", f"s3://{BUCKET}/warm"):  # the first S3 client in each worker, off the clock
+            write(W10(rows=1_000), cfg.slots * 2, out, timer)
+        latency = request_latency(server)
+        print(f"one S3 request from the driver: {latency['ms_median']:.2f} ms (median of {latency['calls']}, "
+              f"{latency['requests_per_call']:.1f} request(s) each)", flush=True)
+        for partitions in cfg.sizes:
+            runs.append(measure(cfg, partitions, server, work, timer))
+            r = runs[-1]
+            print(f"P={partitions}: local {r['local_s']:.2f} s, S3 {r['s3_s']:.2f} s ({r['ratio']:.1f}x); "
+                  f"{r['requests'] / partitions:.1f} S3 requests per partition", flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report(args, cfg, runs, latency)
+
+
+def report(args, cfg: W10, runs: list[dict], latency: dict) -> None:
+    small, large = runs[0], runs[-1]
+    growth = (large["requests"] - small["requests"]) / (large["partitions"] - small["partitions"])
+    flat = {fs_name: large[f"{fs_name}_ms_per_partition"] / small[f"{fs_name}_ms_per_partition"]
+            for fs_name in ("local", "s3")}
+    create = large["s3_publish_ms_per_partition"] - large["s3_copy_ms_per_partition"]
+    rest = large["s3_commit_ms_per_partition"] - large["s3_publish_ms_per_partition"]
+    rows = [[f"{r['partitions']:,}", f"{r['local_s']:.2f}", f"{r['s3_s']:.2f}", f"{r['ratio']:.1f}x",
+             f"{r['local_ms_per_partition']:.1f} / {r['s3_ms_per_partition']:.1f}",
+             f"{r['local_commit_s']:.2f} / {r['s3_commit_s']:.2f}",
+             f"{r['local_commit_ms_per_partition']:.2f} / {r['s3_commit_ms_per_partition']:.2f}",
+             f"{r['requests'] / r['partitions']:.1f}",
+             " / ".join(f"{r['by_method'][m] / r['partitions']:.1f}" for m in METHODS)] for r in runs]
+    table = (f"W10: `write_parquet` of {cfg.rows:,} rows (`sb.range` + a `map_batches` adding a float column) to a "
+             f"local directory and to S3 (moto's server on 127.0.0.1), {cfg.slots} slots; "
+             f"`override_num_blocks=P` sets the partitions, i.e. the commits (the knob this benchmark varies); "
+             f"the fastest of {cfg.reps} runs each; requests from one more, recorded, S3 write\n\n"
+             + markdown_table(["partitions P", "local (s)", "S3 (s)", "S3 / local", "write ms/partition local / S3",
+                               "in commits (s) local / S3", "commit ms/partition local / S3",
+                               "S3 requests/partition", "PUT / COPY / POST / GET / HEAD / DELETE per partition"],
+                              rows)
+             + f"\n\nWrite time per partition at {large['partitions']:,} vs {small['partitions']:,} partitions: "
+               f"local {flat['local']:.2f}x, S3 {flat['s3']:.2f}x; each partition more adds {growth:.1f} S3 "
+               f"requests. COPY is a PUT with `x-amz-copy-source` (CopyObject); POST is multipart upload start and "
+               f"complete, and DeleteObjects. Inside an S3 commit at {large['partitions']:,} partitions: "
+               f"{create:.1f} ms in the conditional create of `_commit.json`, {large['s3_copy_ms_per_partition']:.1f} "
+               f"ms in the copies and the staging's deletion, {rest:.1f} ms around them; one request from the "
+               f"driver takes {latency['ms_median']:.1f} ms (median, a `get_file_info`: "
+               f"{latency['requests_per_call']:.0f} HEAD).")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["partitions"] for r in runs]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for fs_name, label, marker in (("local", "local", "o"), ("s3", "S3 (moto)", "s")):
+        left.plot(xs, [r[f"{fs_name}_ms_per_partition"] for r in runs], marker=marker, label=f"{label}: write")
+        left.plot(xs, [max(r[f"{fs_name}_commit_ms_per_partition"], 1e-3) for r in runs], marker=marker,
+                  linestyle="--", label=f"{label}: inside commit")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xticks(xs, [f"{x:,}" for x in xs])
+    left.set_xlabel("partitions (commits) per write")
+    left.set_ylabel("ms per partition")
+    left.legend()
+    bottom = [0.0] * len(runs)
+    labels = [f"P={x:,}" for x in xs]
+    for m in METHODS:
+        values = [r["by_method"][m] / r["partitions"] for r in runs]
+        right.bar(labels, values, bottom=bottom, label=m)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    right.set_ylabel("S3 requests per partition")
+    right.legend()
+    fig.suptitle("W10 object store: write cost per partition, local vs S3, and S3 requests")
+    save(args.out, "w10_object_store" + ("_quick" if args.quick else ""),
+         {"config": asdict(cfg), "runs": runs, "flatness": flat, "requests_per_added_partition": growth,
+          "request_latency": latency}, table, fig)
+
+
+if __name__ == "__main__":
+    main()
