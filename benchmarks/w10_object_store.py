@@ -3,29 +3,29 @@
 On a local filesystem a partition commits with one directory rename. On S3 there is no
 rename (`engine/output/protocols.py`): the commit creates ``p<partition>/_commit.json``
 with a conditional create (the commit point), copies each staged file to its final name
-server side, then deletes the staging. This measures what that costs, in one run, against
-an S3-compatible server process the benchmark starts itself (``python -m moto.server`` on
-127.0.0.1, moto's S3 with conditional writes):
+server side, then deletes the staging. Measured in one run, against an S3-compatible
+server process the benchmark starts itself (``python -m moto.server`` on 127.0.0.1):
 
 * **write time, local vs S3**: the same pipeline (``sb.range(N, override_num_blocks=P)``, a
-  cheap ``map_batches`` that adds a float column, ``write_parquet``) to a local temporary
+  cheap ``map_batches`` adding a float column, ``write_parquet``) to a local temporary
   directory and to ``s3://``; the fastest of ``reps`` runs each, alternating which goes
-  first, a fresh output path every run. ``override_num_blocks`` is the point here: it sets
-  the number of partitions, i.e. of commits; N stays the same at every P.
-* **cost per partition**: the write's time over P at two values of P, for both
-  filesystems: flat means it does not grow with the number of partitions. Also the time
-  spent inside the driver's commits (`PartitionCommitter.commit`, timed by a wrapper
-  installed in this process, where the driver runs), in total and per partition.
-* **requests per partition**: every HTTP request one more S3 write makes, from moto's
-  request recorder (``/moto-api/recorder/...``), by method, with CopyObject told apart from
-  other PUTs by its ``x-amz-copy-source`` header; counted again from the server's access
-  log as a check. Recording is on only for this extra, untimed run.
+  first, a fresh output path (on S3 a fresh bucket) every run. ``override_num_blocks`` is
+  the point here: it sets the number of partitions, i.e. of commits; N is the same at every P.
+* **cost per partition** at two values of P, both filesystems: the write's time over P
+  (flat: it does not grow with P), and the time inside the driver's commits, from timing
+  wrappers installed in this process (where the driver runs) on `PartitionCommitter.commit`,
+  the protocol's ``publish`` and `CopyCommit._copy` (copies and staging deletion).
+* **requests per partition**: every HTTP request of one more, untimed, S3 write, from moto's
+  request recorder (``/moto-api/recorder/...``), by method, CopyObject told from other PUTs
+  by its ``x-amz-copy-source`` header; the access log must count the same. One request's
+  round trip (a HEAD, a prefix listing) is timed from the driver, in an empty bucket and in
+  the bucket the recorded write left: moto lists a prefix by scanning the whole bucket.
 
-Every run's result must hold N rows in P committed partitions; after the first local run
-and the recorded S3 run of each P, a plain reader (pyarrow, skipping ``_``-prefixed paths)
-must read back ids 0..N-1 exactly once, with P commit records and no staged file left.
-Anything else exits non-zero. Spark (``local[2]``) and the S3 server share this machine's
-cores: loopback moto is neither real S3's latency nor its throughput.
+Every write must commit N rows in P partitions; the first local run and the recorded S3
+run of each P are read back by a plain reader (pyarrow, ``_``-prefixed paths skipped):
+ids 0..N-1 once each, P commit records, no staged file left. Anything else exits non-zero.
+Spark (``local[2]``) and the S3 server share this machine's cores: loopback moto has
+neither real S3's latency nor its throughput.
 
     python -m benchmarks.w10_object_store [--quick] [--out DIR]
 """
@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,12 +48,16 @@ import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+import boto3
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.fs as pafs
+
+from airflow_streambatch.engine.filesystems import resolve
 
 from benchmarks.common import engine_context, markdown_table, parse_args, save, spark_session, timed, warm_up
 
-BUCKET = "streambatch-w10"
 METHODS = ("PUT", "COPY", "POST", "GET", "HEAD", "DELETE")  # COPY: a PUT with x-amz-copy-source
 _ACCESS_LINE = re.compile(r'"(?:\x1b\[[\d;]*m)*([A-Z]+) (\S+) HTTP/[\d.]+(?:\x1b\[[\d;]*m)*" (\d{3})')
 
@@ -65,7 +70,7 @@ class W10:
     slots: int = 2
 
 
-QUICK = W10(rows=100_000, sizes=(50, 200), reps=3)
+QUICK = W10(rows=100_000, sizes=(50, 200), reps=2)
 
 
 class Failed(RuntimeError):
@@ -120,6 +125,12 @@ class MotoServer:
                                  f"{start_timeout_s:.0f} s; see {self.log_path}") from None
                 time.sleep(0.1)
 
+    def bucket(self, name: str) -> str:
+        """A new bucket: every S3 write gets its own, because moto lists a prefix by scanning every key
+        of the bucket, so keys that earlier runs left would slow this run's listings."""
+        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=name)
+        return f"s3://{name}"
+
     def api(self, action: str) -> bytes:
         method = "GET" if action == "download-recording" else "POST"
         request = urllib.request.Request(f"{self.endpoint}/moto-api/recorder/{action}", method=method)
@@ -162,43 +173,38 @@ def method_of(entry: dict) -> str:
 def purpose_of(entry: dict) -> str:
     """What a recorded request was for, from its method, key, query and headers."""
     method, (path, _, query) = method_of(entry), entry["url"].split("://", 1)[-1].partition("/")[2].partition("?")
-    if method == "COPY":
-        return "copy staged file to final name (CopyObject)"
-    if path.endswith("/_commit.json"):
-        return "commit record, conditional create" if method == "PUT" else f"commit record {method}"
-    if path.endswith(("/_lease", "/_write.json")) or "/_driver" in path:
-        return "lease, _write.json, _driver"
-    if "uploads" in query or "uploadId" in query:
-        return "multipart upload (start, part, complete)"
-    if method == "PUT":
-        return "directory marker" if path.endswith("/") else "put object"
-    if method == "GET":
-        return "list" if "list-type" in query else "get object"
-    if method == "POST" and "delete" in query:
-        return "batch delete (DeleteObjects)"
-    return {"HEAD": "head (exists? / bucket probe)", "DELETE": "delete (directory marker)"}.get(method, method)
+    rules = [(method == "COPY", "copy staged file to final name (CopyObject)"),
+             (path.endswith("/_commit.json"), f"commit record ({method}, conditional create)"),
+             (path.endswith(("/_lease", "/_write.json")) or "/_driver" in path, "lease, _write.json, _driver"),
+             ("uploads" in query or "uploadId" in query, "multipart upload (start, part, complete)"),
+             (method == "PUT" and path.endswith("/"), "directory marker"),
+             (method == "GET" and "list-type" in query, "list"),
+             (method == "POST" and "delete" in query, "batch delete (DeleteObjects)"),
+             (method == "HEAD", "head (exists? / bucket probe)"), (method == "DELETE", "delete (directory marker)")]
+    return next((purpose for matched, purpose in rules if matched), f"other {method}")
 
 
 def trace_line(entry: dict) -> str:
-    path, _, query = entry["url"].split("://", 1)[-1].partition("/")[2].partition("?")
-    query = re.sub(r"uploadId=[^&]+", "uploadId=...", query)
-    return f"{method_of(entry)} {path}" + (f"?{query}" if query else "")
+    where = re.sub(r"uploadId=[^&]+", "uploadId=...", entry["url"].split("://", 1)[-1].partition("/")[2])
+    return f"{method_of(entry)} {where}"
 
 
-def request_latency(server: MotoServer, calls: int = 200) -> dict:
-    """The round trip of one request to this server from the driver: a pyarrow ``get_file_info``
-    of an existing object (the requests it makes are counted from the recording)."""
-    import statistics
-
-    from airflow_streambatch.engine.filesystems import resolve
-
-    fs, key = resolve(f"s3://{BUCKET}/probe/object")
+def request_latency(server: MotoServer, bucket: str, calls: int = 100) -> dict:
+    """The round trip of one request from the driver, in ``bucket`` as it is (median of ``calls``):
+    a HEAD (pyarrow's ``get_file_info`` of an object) and a prefix listing that matches nothing
+    (as when a partition's staging is deleted); requests per call counted from the recording."""
+    fs, key = resolve(f"{bucket}/_probe/object")
     with fs.open_output_stream(key) as f:
         f.write(b"x")
-    fs.get_file_info(key)
-    times, recorded, _ = server.record(lambda: [timed(lambda: fs.get_file_info(key))[0] for _ in range(calls)])
-    return {"ms_median": 1000 * statistics.median(times), "calls": calls,
-            "requests_per_call": len(recorded) / calls, "methods": dict(Counter(method_of(e) for e in recorded))}
+    pages = boto3.client("s3", endpoint_url=server.endpoint).get_paginator("list_objects_v2")
+    figures = {"keys_in_bucket": sum(page["KeyCount"] for page in pages.paginate(Bucket=key.split("/", 1)[0])),
+               "calls": calls}
+    for name, call in (("head", lambda: fs.get_file_info(key)),
+                       ("list", lambda: fs.get_file_info(pafs.FileSelector(f"{key}-none", allow_not_found=True)))):
+        times, recorded, _ = server.record(lambda: [timed(call)[0] for _ in range(calls)])  # noqa: B023
+        figures[f"{name}_ms"] = 1000 * statistics.median(times)
+        figures[f"{name}_requests_per_call"] = len(recorded) / calls
+    return figures
 
 
 # -- one write ---------------------------------------------------------------------------
@@ -255,16 +261,11 @@ def write(cfg: W10, partitions: int, out: str, timer: CommitTimer) -> dict:
 
 def read_back(out: str, cfg: W10, partitions: int) -> None:
     """A plain reader sees ids 0..rows-1 once each; P commit records; no staged file left."""
-    import pyarrow.dataset as pads
-    import pyarrow.fs as pafs
-
-    from airflow_streambatch.engine.filesystems import resolve
-
     fs, root = resolve(out)
     entries = [i for i in fs.get_file_info(pafs.FileSelector(root, recursive=True)) if i.type == pafs.FileType.File]
     relative = [i.path[len(root.rstrip("/")) + 1:] for i in entries]
     records = sum(1 for p in relative if p.endswith("/_commit.json"))
-    staged = [p for p in relative if p.startswith("_staging/") and not p.endswith("/_driver")]
+    staged = [p for p in relative if p.startswith("_staging/")]
     check(records == partitions and not staged,
           f"{out}: {records} commit records (expected {partitions}), staged files left: {staged[:3]}")
     ids = pads.dataset(root, filesystem=fs, format="parquet", ignore_prefixes=["_", "."]).to_table(columns=["id"])["id"]
@@ -276,7 +277,8 @@ def measure(cfg: W10, partitions: int, server: MotoServer, work: str, timer: Com
     runs: dict[str, list[dict]] = {"local": [], "s3": []}
     for rep in range(cfg.reps):  # alternate, so that neither filesystem always runs on a warmer machine
         for fs_name in ("local", "s3") if rep % 2 == 0 else ("s3", "local"):
-            out = f"{work}/local-{partitions}-{rep}" if fs_name == "local" else f"s3://{BUCKET}/w10-{partitions}-{rep}"
+            out = (f"{work}/local-{partitions}-{rep}" if fs_name == "local"
+                   else f"{server.bucket(f'w10-p{partitions}-r{rep}')}/out")
             runs[fs_name].append(write(cfg, partitions, out, timer))
             if fs_name == "local":
                 if rep == 0:
@@ -284,9 +286,9 @@ def measure(cfg: W10, partitions: int, server: MotoServer, work: str, timer: Com
                 shutil.rmtree(out)
         print(f"  P={partitions} rep {rep}: local {runs['local'][-1]['s']:.2f} s, S3 {runs['s3'][-1]['s']:.2f} s",
               flush=True)
-    out = f"s3://{BUCKET}/w10-{partitions}-recorded"
-    recorded_run, recorded, logged = server.record(lambda: write(cfg, partitions, out, timer))
-    read_back(out, cfg, partitions)
+    bucket = server.bucket(f"w10-p{partitions}-recorded")
+    recorded_run, recorded, logged = server.record(lambda: write(cfg, partitions, f"{bucket}/out", timer))
+    read_back(f"{bucket}/out", cfg, partitions)
     as_logged = Counter(m for m, _, _ in logged)
     check(Counter(e["method"] for e in recorded) == as_logged,
           f"the recorder saw {len(recorded)} requests, the access log {len(logged)} ({dict(as_logged)})")
@@ -296,7 +298,8 @@ def measure(cfg: W10, partitions: int, server: MotoServer, work: str, timer: Com
            "by_purpose": dict(Counter(purpose_of(e) for e in recorded).most_common()),
            "by_status": dict(Counter(str(s) for _, _, s in logged).most_common()),
            "recorded_run_s": recorded_run["s"], "recorded_commit_s": recorded_run["commit_s"],
-           "partition_1_requests": [trace_line(e) for e in recorded if "p00001" in e["url"]]}
+           "partition_1_requests": [trace_line(e) for e in recorded if "p00001" in e["url"]],
+           "latency_after": request_latency(server, bucket)}
     for fs_name, values in runs.items():
         best = min(values, key=lambda r: r["s"])
         row[f"{fs_name}_s"], row[f"{fs_name}_commit_s"] = best["s"], best["commit_s"]
@@ -317,22 +320,21 @@ def main() -> None:
     server = MotoServer(work)  # first: sets the AWS variables Spark's workers inherit
     runs = []
     try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=server.endpoint).create_bucket(Bucket=BUCKET)
         spark_session(cfg.slots)
         warm_up(cfg.slots)
         timer = CommitTimer()
-        for out in (f"{work}/warm", f"s3://{BUCKET}/warm"):  # the first S3 client in each worker, off the clock
+        for out in (f"{work}/warm", f"{server.bucket('w10-warm')}/out"):  # each worker's first S3 client, untimed
             write(W10(rows=1_000), cfg.slots * 2, out, timer)
-        latency = request_latency(server)
-        print(f"one S3 request from the driver: {latency['ms_median']:.2f} ms (median of {latency['calls']}, "
-              f"{latency['requests_per_call']:.1f} request(s) each)", flush=True)
+        latency = request_latency(server, server.bucket("w10-probe"))
+        print(f"one S3 request from the driver, empty bucket: HEAD {latency['head_ms']:.2f} ms, "
+              f"prefix list {latency['list_ms']:.2f} ms", flush=True)
         for partitions in cfg.sizes:
             runs.append(measure(cfg, partitions, server, work, timer))
-            r = runs[-1]
+            r, after = runs[-1], runs[-1]["latency_after"]
             print(f"P={partitions}: local {r['local_s']:.2f} s, S3 {r['s3_s']:.2f} s ({r['ratio']:.1f}x); "
-                  f"{r['requests'] / partitions:.1f} S3 requests per partition", flush=True)
+                  f"{r['requests'] / partitions:.1f} S3 requests per partition; in a bucket of "
+                  f"{after['keys_in_bucket']:,} keys HEAD {after['head_ms']:.2f} ms, list {after['list_ms']:.2f} ms",
+                  flush=True)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -346,6 +348,7 @@ def report(args, cfg: W10, runs: list[dict], latency: dict) -> None:
             for fs_name in ("local", "s3")}
     create = large["s3_publish_ms_per_partition"] - large["s3_copy_ms_per_partition"]
     rest = large["s3_commit_ms_per_partition"] - large["s3_publish_ms_per_partition"]
+    after = large["latency_after"]
     rows = [[f"{r['partitions']:,}", f"{r['local_s']:.2f}", f"{r['s3_s']:.2f}", f"{r['ratio']:.1f}x",
              f"{r['local_ms_per_partition']:.1f} / {r['s3_ms_per_partition']:.1f}",
              f"{r['local_commit_s']:.2f} / {r['s3_commit_s']:.2f}",
@@ -365,9 +368,10 @@ def report(args, cfg: W10, runs: list[dict], latency: dict) -> None:
                f"requests. COPY is a PUT with `x-amz-copy-source` (CopyObject); POST is multipart upload start and "
                f"complete, and DeleteObjects. Inside an S3 commit at {large['partitions']:,} partitions: "
                f"{create:.1f} ms in the conditional create of `_commit.json`, {large['s3_copy_ms_per_partition']:.1f} "
-               f"ms in the copies and the staging's deletion, {rest:.1f} ms around them; one request from the "
-               f"driver takes {latency['ms_median']:.1f} ms (median, a `get_file_info`: "
-               f"{latency['requests_per_call']:.0f} HEAD).")
+               f"ms in the copies and the staging's deletion, {rest:.1f} ms around them. One request from the "
+               f"driver (median): HEAD {latency['head_ms']:.1f} ms and a prefix listing {latency['list_ms']:.1f} ms "
+               f"in an empty bucket; HEAD {after['head_ms']:.1f} ms and listing {after['list_ms']:.1f} ms in the "
+               f"bucket a {large['partitions']:,}-partition write leaves ({after['keys_in_bucket']:,} keys).")
 
     import matplotlib
 
@@ -380,11 +384,8 @@ def report(args, cfg: W10, runs: list[dict], latency: dict) -> None:
         left.plot(xs, [r[f"{fs_name}_ms_per_partition"] for r in runs], marker=marker, label=f"{label}: write")
         left.plot(xs, [max(r[f"{fs_name}_commit_ms_per_partition"], 1e-3) for r in runs], marker=marker,
                   linestyle="--", label=f"{label}: inside commit")
-    left.set_xscale("log")
-    left.set_yscale("log")
+    left.set(xscale="log", yscale="log", xlabel="partitions (commits) per write", ylabel="ms per partition")
     left.set_xticks(xs, [f"{x:,}" for x in xs])
-    left.set_xlabel("partitions (commits) per write")
-    left.set_ylabel("ms per partition")
     left.legend()
     bottom = [0.0] * len(runs)
     labels = [f"P={x:,}" for x in xs]

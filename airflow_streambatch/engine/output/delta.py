@@ -74,7 +74,6 @@ class DeltaFormat(TableFormat):
         from deltalake import Schema
         from deltalake.transaction import AddAction, CommitProperties, Transaction, create_table_with_add_actions
 
-        files = [f for p in batch for f in p.files if f.rows]
         version = int(time.time() * 1000)  # txn versions only grow
         properties = CommitProperties(
             custom_metadata={METADATA_KEY: json.dumps({"key": key, "records": [asdict(p.record) for p in batch]})},
@@ -83,9 +82,10 @@ class DeltaFormat(TableFormat):
         actions = [AddAction(name, f.bytes, {}, now_ms, True, json.dumps({"numRecords": f.rows}))
                    for p in batch for f, name in zip(p.files, p.record.files) if f.rows]
         table = self._table()
-        if table is None and not files:
+        if table is None and not actions:
             return  # only empty partitions and no table yet: nothing to record them in (a resume reruns them)
-        schema = self._schema(files[0].path) if files else table.schema().to_arrow()
+        first = next((name for p in batch for f, name in zip(p.files, p.record.files) if f.rows), None)
+        schema = self._schema(f"{self.uri}/{first}") if first else table.schema().to_arrow()
         if table is None:
             create_table_with_add_actions(self.uri, Schema.from_arrow(schema), actions, mode="append",
                                           storage_options=self.options, commit_properties=properties)

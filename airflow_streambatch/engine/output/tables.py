@@ -110,6 +110,8 @@ class TableCommitter:
         record = CommitRecord(partition=partition, label=label, files=[self._relative(f.path) for f in files],
                               rows=sum(f.rows for f in files), bytes=sum(f.bytes for f in files),
                               run_id=self.run_id, inputs=inputs, schema=schema)
+        if not self.waiting:
+            self.since = time.monotonic()  # the batch's age counts from its first partition
         self.waiting.append(Pending(record, list(files)))
         if time.monotonic() - self.since < self.interval_s:
             return []
@@ -117,7 +119,6 @@ class TableCommitter:
 
     def flush(self) -> list[CommitRecord]:
         """Commit the waiting partitions in one transaction; the records that landed."""
-        self.since = time.monotonic()
         batch, self.waiting = self.waiting, []
         landed: list[CommitRecord] = []
         for attempt in range(1, COMMIT_ATTEMPTS + 1):

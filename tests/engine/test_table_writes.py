@@ -1,0 +1,207 @@
+"""Delta and Iceberg tables on a real S3 server (moto's process), written by real Spark.
+
+Exactly once per input partition: a failed partition is resumed alone, a commit whose
+answer was lost is settled by the markers (not committed again), a driver killed before
+or after a table commit leaves the table exact after a resume, and two writers of the
+same key at once commit each partition once. Readers: delta-rs and pyiceberg scans, and
+pyarrow over the files each table lists.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import airflow_streambatch.engine as sb
+from airflow_streambatch.engine.output.delta import DeltaFormat, default_storage_options
+from airflow_streambatch.engine.output.iceberg import IcebergFormat
+
+ROWS, PARTS = 40, 4
+
+
+@pytest.fixture(params=["delta", "iceberg"])
+def table(request, s3_bucket, tmp_path):
+    """A write target on the S3 server: (format, arguments of write_<format>, reader of its rows)."""
+    if request.param == "delta":
+        uri = f"{s3_bucket}/delta/scores"
+        return "delta", {"path": uri}, partial(_delta_ids, uri)
+    catalog = {"name": "tests", "type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db",
+               "warehouse": f"{s3_bucket}/warehouse"}
+    from pyiceberg.catalog import load_catalog
+
+    kwargs = dict(catalog)
+    cat = load_catalog(kwargs.pop("name"), **kwargs, **{"s3.endpoint": os.environ["AWS_ENDPOINT_URL"]})
+    cat.create_namespace("db")
+    cat.create_table("db.scores", schema=pa.schema([("id", pa.int64())]))  # as in Ray Data, the table must exist
+    return "iceberg", {"table_identifier": "db.scores", "catalog_kwargs": catalog}, partial(_iceberg_ids, catalog)
+
+
+def _delta_ids(uri: str) -> list[int]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri, storage_options=default_storage_options(uri))
+    scanned = sorted(table.to_pyarrow_table(columns=["id"])["id"].to_pylist())
+    listed = sorted(i for f in table.file_uris() for i in pq.read_table(f, columns=["id"])["id"].to_pylist())
+    assert scanned == listed  # a plain reader of the files the table lists sees what the scan sees
+    return scanned
+
+
+def _iceberg_ids(catalog: dict) -> list[int]:
+    table = IcebergFormat("db.scores", catalog).catalog.load_table("db.scores")
+    scanned = sorted(table.scan().to_arrow()["id"].to_pylist())
+    listed = sorted(i for task in table.scan().plan_files()
+                    for i in pq.read_table(task.file.file_path, columns=["id"])["id"].to_pylist())
+    assert scanned == listed
+    return scanned
+
+
+def _write(kind: str, args: dict, ds, **kwargs):
+    return getattr(ds, f"write_{kind}")(**args, **kwargs)
+
+
+def _versions(kind: str, args: dict) -> int:
+    """Transactions in the table's history: Delta versions, Iceberg snapshots."""
+    if kind == "delta":
+        from deltalake import DeltaTable
+
+        return len(DeltaTable(args["path"], storage_options=default_storage_options(args["path"])).history())
+    return len(IcebergFormat(args["table_identifier"], args["catalog_kwargs"]).catalog.load_table(
+        args["table_identifier"]).snapshots())
+
+
+def test_a_table_write_commits_its_partitions_in_one_transaction_and_resumes_to_nothing(ctx, table):
+    kind, args, ids = table
+    result = _write(kind, args, sb.range(ROWS, override_num_blocks=PARTS), mode="resume")
+    assert sorted(result.committed) == list(range(PARTS)) and ids() == list(range(ROWS))
+    assert _versions(kind, args) == 1  # all partitions in one transaction (the interval had not passed)
+    again = _write(kind, args, sb.range(ROWS, override_num_blocks=PARTS), mode="resume")
+    assert again.committed == {} and sorted(again.skipped) == list(range(PARTS))
+    assert ids() == list(range(ROWS)) and _versions(kind, args) == 1
+
+
+def test_an_interval_of_zero_commits_every_partition_alone(ctx, table):
+    kind, args, ids = table
+    ctx.table_commit_interval_s = 0
+    _write(kind, args, sb.range(ROWS, override_num_blocks=PARTS), mode="resume")
+    assert _versions(kind, args) == PARTS and ids() == list(range(ROWS))
+
+
+def fail_partition_two(batch, *, flag: str):
+    if os.path.exists(flag) and 20 <= min(batch["id"]) < 30:
+        raise ValueError("partition two is bad today")
+    return batch
+
+
+def test_a_failed_partition_is_resumed_alone(ctx, table, tmp_path):
+    kind, args, ids = table
+    flag = tmp_path / "fail"
+    flag.touch()
+    ctx.max_failed_partitions, ctx.max_task_retries = 1, 0
+    ds = sb.range(ROWS, override_num_blocks=PARTS).map_batches(partial(fail_partition_two, flag=str(flag)),
+                                                              batch_format="numpy")
+    with pytest.warns(sb.PartialResultWarning):
+        first = _write(kind, args, ds, mode="resume")
+    assert sorted(first.committed) == [0, 1, 3] and ids() == [i for i in range(ROWS) if not 20 <= i < 30]
+    flag.unlink()
+    second = _write(kind, args, ds, mode="resume")
+    assert sorted(second.committed) == [2] and sorted(second.skipped) == [0, 1, 3]
+    assert ids() == list(range(ROWS))
+
+
+def test_a_commit_whose_answer_is_lost_is_settled_by_its_markers(ctx, table, monkeypatch):
+    kind, args, ids = table
+    cls = {"delta": DeltaFormat, "iceberg": IcebergFormat}[kind]
+    commit, calls = cls.commit, []
+
+    def commit_then_lose_the_answer(self, key, batch):
+        calls.append(len(batch))
+        commit(self, key, batch)
+        if len(calls) == 1:
+            raise TimeoutError("the catalog did not answer in time")
+
+    monkeypatch.setattr(cls, "commit", commit_then_lose_the_answer)  # in the driver, over the real table
+    result = _write(kind, args, sb.range(ROWS, override_num_blocks=PARTS), mode="resume")
+    assert calls == [PARTS]  # never committed a second time
+    assert sorted(result.committed) == list(range(PARTS)) and ids() == list(range(ROWS))
+    assert _versions(kind, args) == 1
+
+
+_KILLED_WRITER = """
+import os, sys, time
+os.environ["PYSPARK_PYTHON"] = sys.executable
+import airflow_streambatch.engine as sb
+from airflow_streambatch.engine.output.delta import DeltaFormat
+from airflow_streambatch.engine.output.iceberg import IcebergFormat
+
+cls = DeltaFormat if {kind!r} == "delta" else IcebergFormat
+commit = cls.commit
+def commit_and_hang(self, key, batch):
+    if {after!r}:
+        commit(self, key, batch)
+    open({flag!r}, "w").write("at the commit")
+    time.sleep(3600)  # the test SIGKILLs this driver here
+cls.commit = commit_and_hang
+ctx = sb.DataContext(block_dir={blocks!r}, progress_interval_s=0, resources={{"CPU": 2}})
+with ctx.scoped():
+    getattr(sb.range({rows}, override_num_blocks={parts}), "write_" + {kind!r})(**{args!r}, mode="resume")
+"""
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before_the_commit", "after_the_commit"])
+def test_a_driver_killed_at_a_table_commit_leaves_the_table_exact_after_a_resume(ctx, table, tmp_path, after):
+    kind, args, ids = table
+    flag = tmp_path / "at-commit"
+    script = _KILLED_WRITER.format(kind=kind, after=after, flag=str(flag), blocks=str(tmp_path / "blocks-killed"),
+                                   rows=ROWS, parts=PARTS, args=args)
+    log_path = tmp_path / "writer.log"
+    with open(log_path, "wb") as log:
+        writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=log,
+                                  stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while not flag.exists():
+            assert writer.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.05)
+    finally:
+        children = subprocess.run(["pgrep", "-P", str(writer.pid)], capture_output=True, text=True).stdout.split()
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        for pid in children:
+            subprocess.run(["kill", "-9", pid], check=False)
+    if after:
+        assert ids() == list(range(ROWS))  # the transaction landed; its driver never learned it
+    result = _write(kind, args, sb.range(ROWS, override_num_blocks=PARTS), mode="resume")
+    assert sorted([*result.committed, *result.skipped]) == list(range(PARTS))
+    assert (result.committed == {}) is after  # settled by the markers, not committed again
+    assert ids() == list(range(ROWS))
+
+
+_RESUMER = """
+import os, sys
+os.environ["PYSPARK_PYTHON"] = sys.executable
+import airflow_streambatch.engine as sb
+ctx = sb.DataContext(block_dir={blocks!r}, progress_interval_s=0, resources={{"CPU": 1}}, table_commit_interval_s=0)
+with ctx.scoped():
+    result = sb.range({rows}, override_num_blocks={parts}).write_delta({path!r}, mode="resume")
+print("committed", sorted(result.committed), "skipped", sorted(result.skipped), flush=True)
+"""
+
+
+def test_two_resumes_of_one_delta_write_at_once_commit_each_partition_once(s3_bucket, tmp_path):
+    path = f"{s3_bucket}/delta/raced"
+    writers = [subprocess.Popen([sys.executable, "-c", _RESUMER.format(blocks=str(tmp_path / f"blocks-{n}"),
+                                                                       rows=ROWS * 2, parts=PARTS * 2, path=path)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]
+    outputs = [w.communicate(timeout=300)[0] for w in writers]
+    assert all(w.returncode == 0 for w in writers), [o[-3000:] for o in outputs]
+    assert _delta_ids(path) == list(range(ROWS * 2)), outputs  # each partition once, whoever committed it
