@@ -380,21 +380,23 @@ def report(args, cfg: W10, runs: list[dict], latency: dict) -> None:
 
     xs = [r["partitions"] for r in runs]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for fs_name, label, marker in (("local", "local", "o"), ("s3", "S3 (moto)", "s")):
-        left.plot(xs, [r[f"{fs_name}_ms_per_partition"] for r in runs], marker=marker, label=f"{label}: write")
-        left.plot(xs, [max(r[f"{fs_name}_commit_ms_per_partition"], 1e-3) for r in runs], marker=marker,
-                  linestyle="--", label=f"{label}: inside commit")
+    for fs_name, label, color in (("local", "local", "C0"), ("s3", "S3 (moto)", "C3")):
+        left.plot(xs, [r[f"{fs_name}_ms_per_partition"] for r in runs], marker="o", color=color,
+                  label=f"{label}: write time / P")
+        left.plot(xs, [max(r[f"{fs_name}_commit_ms_per_partition"], 1e-3) for r in runs], marker="s", color=color,
+                  linestyle="--", label=f"{label}: inside commit / P")
     left.set(xscale="log", yscale="log", xlabel="partitions (commits) per write", ylabel="ms per partition")
-    left.set_xticks(xs, [f"{x:,}" for x in xs])
-    left.legend()
+    left.set_xticks(xs, [f"{x:,}" for x in xs], minor=False)
+    left.minorticks_off()
+    left.legend(fontsize="small")
     bottom = [0.0] * len(runs)
     labels = [f"P={x:,}" for x in xs]
     for m in METHODS:
         values = [r["by_method"][m] / r["partitions"] for r in runs]
         right.bar(labels, values, bottom=bottom, label=m)
         bottom = [b + v for b, v in zip(bottom, values)]
-    right.set_ylabel("S3 requests per partition")
-    right.legend()
+    right.set_ylabel("S3 requests per partition (recorded write)")
+    right.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle("W10 object store: write cost per partition, local vs S3, and S3 requests")
     save(args.out, "w10_object_store" + ("_quick" if args.quick else ""),
          {"config": asdict(cfg), "runs": runs, "flatness": flat, "requests_per_added_partition": growth,

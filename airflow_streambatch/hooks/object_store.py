@@ -149,7 +149,9 @@ def _aws(s: dict, where: str) -> _Part:
         variables.update(AWS_REGION=s["region_name"], AWS_DEFAULT_REGION=s["region_name"])
     if s.get("profile_name"):
         variables["AWS_PROFILE"] = s["profile_name"]
-    return variables, [s[k] for k in ("aws_secret_access_key", "aws_session_token") if s.get(k)], None
+    # the key id too: Spark's UI redacts access keys (`SENSITIVE`), so the logs mask it as well
+    return variables, [s[k] for k in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+                       if s.get(k)], None
 
 
 def _gcp(s: dict, where: str) -> _Part:
@@ -159,19 +161,18 @@ def _gcp(s: dict, where: str) -> _Part:
     variables: dict[str, str | None] = {}
     secrets: list[str] = []
     keyfile = None
-    source = s.get(given[0]) if given else None
-    if given and given[0] == "credential_config_file" and isinstance(source, str) and not _is_json(source):
-        variables["GOOGLE_APPLICATION_CREDENTIALS"] = source  # a path, as key_path
-    elif given and given[0] != "key_path":
-        try:
-            key = json.loads(source) if isinstance(source, str) else dict(source)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: {given[0]} is not a JSON object (a service account key)") from exc
-        keyfile = json.dumps(key)
-        secrets += [keyfile, *(v for v in (key.get("private_key"), source if isinstance(source, str) else None)
-                               if isinstance(v, str) and v)]
-    elif given:
-        variables["GOOGLE_APPLICATION_CREDENTIALS"] = source
+    if given:
+        kind, source = given[0], s[given[0]]
+        if kind == "key_path" or (kind == "credential_config_file" and isinstance(source, str)
+                                  and not source.lstrip().startswith("{")):
+            variables["GOOGLE_APPLICATION_CREDENTIALS"] = source  # a file the user manages
+        else:  # the key itself (or a workload identity config): written to a private file for the run
+            try:
+                key = json.loads(source) if isinstance(source, str) else dict(source)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{where}: {kind} is not a JSON object (a service account key)") from exc
+            keyfile = json.dumps(key)
+            secrets += [keyfile, *(v for v in (key.get("private_key"), source) if isinstance(v, str) and v)]
     if s.get("project"):
         variables["GOOGLE_CLOUD_PROJECT"] = s["project"]
     return variables, secrets, keyfile
@@ -254,10 +255,6 @@ def _refuse(extra: dict, keys: tuple[str, ...], where: str, advice: str) -> None
     given = [k for k in keys if extra.get(k)]
     if given:
         raise ValueError(f"{where}: {', '.join(given)} cannot be passed to Spark as environment variables; {advice}")
-
-
-def _is_json(text: str) -> bool:
-    return text.lstrip().startswith("{")
 
 
 def _environment(conn_id: str, *parts: _Part) -> StoreEnvironment:

@@ -21,6 +21,12 @@ properties go in a 0600 file in a private directory instead (``--properties-file
 deleted once the JVM has read it; sensitive values are registered with Airflow's
 secrets masker before anything logs, and ``spark.redaction.regex`` is extended so the
 Spark UI hides account keys, SAS tokens and credentials too.
+
+Object-store credentials come from ``storage_conn_id`` (an ``aws``,
+``google_cloud_platform``, ``wasb``/``adls``/``azure_data_lake`` connection, or a Spark
+connection's ``storage`` extra; `object_store.py` maps them to the variables the clients
+read): `object_store_credentials` sets them in this process for the epoch and gives them
+to the executors as ``spark.executorEnv.<NAME>`` properties, through the same file.
 """
 
 from __future__ import annotations
@@ -51,12 +57,15 @@ from airflow_streambatch.engine.spark.session import (
     with_spark_defaults,
 )
 from airflow_streambatch.engine.worker.files import atomic_write
+from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnvironment, applied
 
 # Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
-# Azure account keys and SAS tokens, credentials and key files. Keys (or values) it matches
-# are hidden in the Spark UI and masked in Airflow's logs.
-SENSITIVE = (r"(?i)secret|password|passwd|token|access[.]?key|account[.]?key|(^|[.])sas([.]|$)|credential"
-             r"|private[.]?key|keyfile|encryption[.]?key|signature")
+# Azure account keys, SAS tokens and connection strings, credentials and key files, and the
+# environment variables' spelling (``spark.executorEnv.AWS_ACCESS_KEY_ID``,
+# ``...AZURE_STORAGE_ACCOUNT_KEY``). Keys (or values) it matches are hidden in the Spark UI
+# and masked in Airflow's logs.
+SENSITIVE = (r"(?i)secret|password|passwd|token|access[._]?key|account[._]?key|(^|[.])sas([.]|$)|credential"
+             r"|private[.]?key|keyfile|encryption[.]?key|signature|connection[._]?string")
 _SENSITIVE = re.compile(SENSITIVE)
 _PROPERTIES_SPECIAL = "=:#! \t\n\r\f"
 
@@ -103,6 +112,8 @@ class StreamBatchHook(BaseHook):
     :param streambatch_conn_id: a Spark connection; None runs embedded local Spark.
     :param spark_conf: Spark properties on top of the connection's ``conf`` extra.
     :param app_name: the Spark application name (shown in the Spark UI).
+    :param storage_conn_id: a connection holding object-store credentials (`object_store.py`); None uses the
+        Spark connection's ``storage`` extra if it has one, else whatever the processes' environment holds.
     """
 
     conn_name_attr = "streambatch_conn_id"
@@ -111,11 +122,14 @@ class StreamBatchHook(BaseHook):
     hook_name = "Streaming batch on Spark"
 
     def __init__(self, streambatch_conn_id: str | None = None, *, spark_conf: dict | None = None,
-                 app_name: str = "airflow-streambatch") -> None:
+                 app_name: str = "airflow-streambatch", storage_conn_id: str | None = None) -> None:
         super().__init__()
         self.streambatch_conn_id = streambatch_conn_id
         self.spark_conf = dict(spark_conf or {})
         self.app_name = app_name
+        self.storage_conn_id = storage_conn_id
+        self._executor_env: dict[str, str] = {}  # while `object_store_credentials` is active
+        self._worker_env_before: dict[int, tuple[object, dict[str, str | None]]] = {}  # id(sc) -> (sc, previous)
 
     @cached_property
     def master(self) -> str | None:
@@ -178,10 +192,71 @@ class StreamBatchHook(BaseHook):
         conf.setdefault("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
         if self.event_log_dir and "spark.eventLog.enabled" not in conf:  # an explicit setting wins
             conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": self.event_log_dir})
+        for key, value in self._executor_env.items():  # an explicit property of the same name wins
+            conf.setdefault(f"spark.executorEnv.{key}", value)
+            if self.extras.get("deploy-mode") == "cluster":  # spark-submit's driver runs on the cluster too
+                conf.setdefault(f"spark.yarn.appMasterEnv.{key}", value)
+                conf.setdefault(f"spark.kubernetes.driverEnv.{key}", value)
         own = conf.get("spark.redaction.regex")
         conf["spark.redaction.regex"] = f"{own}|{SENSITIVE}" if own else SENSITIVE
         mask_sensitive(conf)
         return conf
+
+    # -- object-store credentials --------------------------------------------------------
+    def store_environment(self) -> StoreEnvironment | None:
+        """The object-store environment of ``storage_conn_id``, else of the Spark connection's ``storage``
+        extra; None when neither gives one (the processes' own environment applies). Secrets are masked."""
+        conn_id = self.storage_conn_id
+        if conn_id is None and self.streambatch_conn_id is not None and self.extras.get("storage"):
+            conn_id = self.streambatch_conn_id
+        return ObjectStoreHook(conn_id).store_environment() if conn_id is not None else None
+
+    @contextlib.contextmanager
+    def object_store_credentials(self) -> Iterator[dict[str, str | None]]:
+        """The connection's object-store credentials, in every process of the epoch, for the block.
+
+        * this process (the driver: listings, commit records, leases): ``os.environ``,
+          put back as it was on exit (`object_store.applied`);
+        * Spark's executors: ``spark.executorEnv.<NAME>`` properties of a session or a
+          spark-submit started inside the block (`conf`, through the properties file), and
+          the SparkContext's ``environment`` (what PySpark gives every Python worker it
+          launches) of a session `get_spark_session` returns inside it, a running one
+          included: restored on exit;
+        * ``deploy_mode="spark_submit"``: spark-submit inherits ``os.environ``.
+
+        A GCP key file written for the run is for this host only: executors of a cluster
+        do not get its path (give them ``key_path`` to a file they have, or their own
+        credentials). Yields the variables as set here; nothing when no connection gives any.
+        """
+        store = self.store_environment()
+        if store is None:
+            yield {}
+            return
+        with applied(store) as variables:
+            self.log.info("Object-store credentials from connection %s: %s for this task and Spark's executors",
+                          store.conn_id, ", ".join(sorted(k for k, v in variables.items() if v is not None)))
+            local = self.master is None or self.master.startswith("local")
+            self._executor_env = {k: v for k, v in variables.items()
+                                  if v is not None and (local or k not in store.host_local)}
+            try:
+                yield variables
+            finally:
+                self._executor_env = {}
+                for sc, previous in self._worker_env_before.values():
+                    for key, value in previous.items():
+                        if value is None:
+                            sc.environment.pop(key, None)
+                        else:
+                            sc.environment[key] = value
+                self._worker_env_before = {}
+
+    def _give_workers_the_store_environment(self, sc) -> None:
+        """Python workers get ``sc.environment`` with every job (PySpark fills it from ``spark.executorEnv.*``
+        when the context starts): set the credentials there for a context that started without them."""
+        if not self._executor_env or id(sc) in self._worker_env_before:
+            return
+        self._worker_env_before[id(sc)] = (sc, {k: sc.environment.get(k) for k in self._executor_env})
+        sc.environment.update(self._executor_env)
 
     @property
     def requested_conf(self) -> dict[str, str]:
@@ -211,6 +286,7 @@ class StreamBatchHook(BaseHook):
         active = SparkSession.getActiveSession()
         if active is not None:
             apply_to_active_session(active, self.requested_conf, self._setting_name)
+            self._give_workers_the_store_environment(active.sparkContext)
             self.log.info("Using the SparkSession already running in this process: application %s (%s, master %s)",
                           active.sparkContext.appName, active.sparkContext.applicationId, active.sparkContext.master)
             return active
@@ -238,6 +314,7 @@ class StreamBatchHook(BaseHook):
             spark = self._start_driver_jvm(builder, conf)
         quiet_spark_logs(spark)
         sc = spark.sparkContext
+        self._give_workers_the_store_environment(sc)
         self.log.info("Spark is up after %.1f s: application %s (%s), master %s, Spark UI %s",
                       time.monotonic() - started, sc.appName, sc.applicationId, sc.master, sc.uiWebUrl or "disabled")
         return spark

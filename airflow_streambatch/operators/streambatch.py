@@ -83,6 +83,11 @@ class StreamBatchOperator(BaseOperator):
     :param output_format: ``parquet`` (default), ``json`` or ``csv``.
     :param pipeline_kwargs: keyword arguments for the pipeline function (templated).
     :param streambatch_conn_id: a Spark connection (master in host); None runs embedded local Spark.
+    :param storage_conn_id: the Airflow connection whose credentials read and write the object store
+        (``s3://``, ``gs://``, Azure): type ``aws``, ``google_cloud_platform``, ``wasb``, ``adls`` or
+        ``azure_data_lake``, or a Spark connection with a ``storage`` extra. They reach this task's
+        process for the epoch and Spark's executors, never a command line, and are masked in logs.
+        None: the Spark connection's ``storage`` extra if it has one, else the processes' environment.
     :param deploy_mode: ``in_process`` (the Spark driver runs in this task) or ``spark_submit``.
     :param spark_conf: Spark properties on top of the connection's (templated).
     :param data_context: `DataContext` settings for the run, e.g. ``{"memory_limit": 2 << 30}`` (templated).
@@ -103,7 +108,8 @@ class StreamBatchOperator(BaseOperator):
                  pipeline_kwargs: dict | None = None, streambatch_conn_id: str | None = None,
                  deploy_mode: str = "in_process", spark_conf: dict | None = None, data_context: dict | None = None,
                  full_recompute: bool = False, output_asset: Asset | None = None,
-                 max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES, **kwargs: Any) -> None:
+                 max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES, storage_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         if output_asset is not None:
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), output_asset]
         super().__init__(**kwargs)
@@ -122,6 +128,7 @@ class StreamBatchOperator(BaseOperator):
         self.output_format = output_format
         self.pipeline_kwargs = pipeline_kwargs or {}
         self.streambatch_conn_id = streambatch_conn_id
+        self.storage_conn_id = storage_conn_id
         self.deploy_mode = deploy_mode
         self.spark_conf = spark_conf or {}
         self.data_context = data_context or {}
@@ -131,13 +138,16 @@ class StreamBatchOperator(BaseOperator):
     @cached_property
     def hook(self) -> StreamBatchHook:
         return StreamBatchHook(self.streambatch_conn_id, spark_conf=self.spark_conf,
-                               app_name=f"streambatch-{self.dag_id}-{self.task_id}")
+                               app_name=f"streambatch-{self.dag_id}-{self.task_id}",
+                               storage_conn_id=self.storage_conn_id)
 
     # -- execution ------------------------------------------------------------------
     def execute(self, context: Context) -> dict:
         self._executing = True  # on_kill turns a SIGTERM into an exception only while the epoch runs
         try:
-            return self._execute(context)
+            # the store's credentials for everything that reads or writes it: listings, the manifest, Spark, records
+            with self.hook.object_store_credentials():
+                return self._execute(context)
         finally:
             self._executing = False
 

@@ -18,6 +18,9 @@ import time
 
 import pyarrow as pa
 from cluster_job import cluster_session
+from pyarrow.fs import FileSelector
+
+from airflow_streambatch.engine.filesystems import resolve
 
 KiB = 1024
 
@@ -52,7 +55,8 @@ def main() -> None:
 
     ctx = sb.DataContext(target_max_block_size=64 * KiB, target_min_block_size=16 * KiB, memory_limit=1024 * KiB,
                          progress_interval_s=2, resources={"CPU": 4})
-    files = len(os.listdir(source))
+    fs, root = resolve(source)  # a shared directory, or an object store (s3://)
+    files = len(fs.get_file_info(FileSelector(root)))
     ds = (sb.read_parquet(source, override_num_blocks=files).map_batches(tag, batch_format="pyarrow")
           .map_batches(Slow, fn_constructor_args=(sleep_s,), concurrency=1, batch_format="pyarrow"))
     started = time.time()

@@ -98,6 +98,24 @@ def test_a_three_operator_pipeline_writes_every_row_once(cluster, data):
     _assert_nothing_left(cluster)
 
 
+def test_input_and_output_on_s3_with_no_shared_directory_at_all(cluster, s3_bucket):
+    """Every host (the driver and both workers) reaches the S3 server; none shares a directory."""
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+
+    fs, bucket = pafs.FileSystem.from_uri(s3_bucket)
+    for f in range(FILES):
+        pq.write_table(pa.table({"id": list(range(f * ROWS, (f + 1) * ROWS))}), f"{bucket}/in/f{f}.parquet",
+                       filesystem=fs)
+    result = _result(_run(cluster, s3_bucket, "write"))
+    assert result["committed"] == list(range(FILES))
+    table = pads.dataset(f"{bucket}/out", filesystem=fs, ignore_prefixes=["_", "."]).to_table()
+    rows = list(zip(table["id"].to_pylist(), table["hosts"].to_pylist()))
+    _ids_once(rows)
+    assert _crossed_hosts(rows)
+    _assert_nothing_left(cluster)
+
+
 @pytest.mark.parametrize("mode", ["take_all", "iter_batches"])
 def test_the_driver_reads_blocks_from_both_hosts(cluster, data, mode):
     result = _result(_run(cluster, data, mode))
