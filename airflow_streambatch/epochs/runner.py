@@ -22,11 +22,12 @@ from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import PartialResultWarning
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.execution.partitions import WriteResult
-from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter
+from airflow_streambatch.engine.output.commit import CommitRecord
 from airflow_streambatch.engine.output.target import OutputTarget
 from airflow_streambatch.engine.spark.session import get_spark, ship_user_module
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus, stop_reason
 from airflow_streambatch.epochs.manifest import EpochManifest
+from airflow_streambatch.epochs.outputs import OUTPUT_FORMATS, EpochOutput
 
 log = logging.getLogger("airflow_streambatch.epochs")
 
@@ -37,7 +38,6 @@ READERS = {
     "text": read_api.read_text,
     "binary_files": read_api.read_binary_files,
 }
-WRITERS = ("parquet", "json", "csv")
 
 Pipeline = Callable[..., Dataset]
 # during a run, on_progress (the Task State Store) gets the record at most this often, and so does the
@@ -66,8 +66,8 @@ def load_pipeline(spec: str | Pipeline) -> Pipeline:
 def check_formats(input_format: str, output_format: str) -> None:
     if input_format not in READERS:
         raise ValueError(f"input_format={input_format!r} is not one of {sorted(READERS)}")
-    if output_format not in WRITERS:
-        raise ValueError(f"output_format={output_format!r} is not one of {list(WRITERS)}")
+    if output_format not in OUTPUT_FORMATS:
+        raise ValueError(f"output_format={output_format!r} is not one of {list(OUTPUT_FORMATS)}")
 
 
 def read_epoch(manifest: EpochManifest, input_format: str = "parquet") -> Dataset:
@@ -105,13 +105,16 @@ def run_epoch(
     output_path: str,
     input_format: str = "parquet",
     output_format: str = "parquet",
+    output_options: dict | None = None,
     pipeline_kwargs: dict | None = None,
     full_recompute: bool = False,
     context_overrides: dict | None = None,
     on_progress: Callable[[EpochRecord], None] | None = None,
     spark_ui_url: str | None = None,
 ) -> EpochRecord:
-    """Run ``pipeline`` over the epoch and commit each input partition under ``output_path``.
+    """Run ``pipeline`` over the epoch and commit each input partition to ``output_path``: a
+    directory, or with ``output_format="delta"``/``"iceberg"`` a table (`outputs.EpochOutput`;
+    ``output_options`` are the write's keyword arguments).
 
     Partitions committed by an earlier run are skipped; a failing partition is
     recorded with its error while the others commit (the caller decides whether
@@ -129,18 +132,23 @@ def run_epoch(
     and blocks.
     """
     check_formats(input_format, output_format)
-    check_output_apart(manifest, output_path)
+    output = EpochOutput(output_path, output_format, output_options or {})
+    if full_recompute and output.is_table:
+        raise ValueError(f"full_recompute=True is not supported for {output_format} tables ({output_path}): delete "
+                         "the epoch's rows in the table (its record lists their files), then clear the task")
+    check_output_apart(manifest, output.location())
     # one run of an epoch at a time: the record, like the commits, is written only under the output's lease
-    with DataContext.get_current().scoped(**(context_overrides or {})), OutputTarget.open(output_path) as target:
-        return _run_epoch(manifest, pipeline, target, input_format, output_format, pipeline_kwargs,
+    with (DataContext.get_current().scoped(**(context_overrides or {})),
+          OutputTarget.open(output.record_dir(manifest)) as target):
+        return _run_epoch(manifest, pipeline, output, target, input_format, pipeline_kwargs,
                           full_recompute, on_progress, spark_ui_url)
 
 
-def _run_epoch(manifest, pipeline, target: OutputTarget, input_format, output_format, pipeline_kwargs,
+def _run_epoch(manifest, pipeline, output: EpochOutput, target: OutputTarget, input_format, pipeline_kwargs,
                full_recompute, on_progress, spark_ui_url) -> EpochRecord:
-    output_path = target.path
+    output_path = output.path
     fn = load_pipeline(pipeline)
-    checkpoint = EpochCheckpoint(output_path, target.lease)
+    checkpoint = EpochCheckpoint(target.path, target.lease)
     previous = checkpoint.validate(manifest, full_recompute)
     if previous is not None and previous.status == "running":  # we hold the lease: that try is not running
         log.warning("try %d of epoch %s..%s stopped without recording why (its record still says running): its "
@@ -154,7 +162,7 @@ def _run_epoch(manifest, pipeline, target: OutputTarget, input_format, output_fo
         record.status = "succeeded"
         checkpoint.save(record)
         return record
-    committed = PartitionCommitter(output_path, run_id="inspect").committed()
+    committed = output.committed(target, manifest)
     if previous is not None and previous.status == "succeeded" and len(committed) == len(manifest.partitions):
         log.info("epoch %s..%s already committed all %d partitions to %s; nothing to rerun "
                  "(set full_recompute=True to recompute it)", manifest.interval_start, manifest.interval_end,
@@ -205,10 +213,9 @@ def _run_epoch(manifest, pipeline, target: OutputTarget, input_format, output_fo
                 raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "
                                 f"got {type(ds).__name__}")
             # "resume": commit records decide what is left, so a retry or a Clear runs only what is missing
-            write = getattr(ds, f"write_{output_format}")
             with warnings.catch_warnings():  # failed partitions are the epoch record's to report
                 warnings.simplefilter("ignore", PartialResultWarning)
-                result: WriteResult = write(target, mode="resume", on_commit=committed_now)
+                result: WriteResult = output.write(ds, target, manifest, committed_now)
         except BaseException as exc:  # noqa: BLE001 - timeouts and SIGTERM too: the record must not say running
             record.status, record.reason = "failed", stop_reason(exc)
             log.error("epoch %s..%s stopped: %s", manifest.interval_start, manifest.interval_end, record.reason)

@@ -75,6 +75,7 @@ def main(argv: list[str]) -> int:
         record = run_epoch(
             manifest_of(spec), spec["pipeline"], output_path=spec["output_path"],
             input_format=spec.get("input_format", "parquet"), output_format=spec.get("output_format", "parquet"),
+            output_options=spec.get("output_options"),
             pipeline_kwargs=spec.get("pipeline_kwargs"), full_recompute=spec.get("full_recompute", False),
             context_overrides=spec.get("context_overrides"), spark_ui_url=spark.sparkContext.uiWebUrl,
         )

@@ -205,3 +205,43 @@ def test_two_resumes_of_one_delta_write_at_once_commit_each_partition_once(s3_bu
     outputs = [w.communicate(timeout=300)[0] for w in writers]
     assert all(w.returncode == 0 for w in writers), [o[-3000:] for o in outputs]
     assert _delta_ids(path) == list(range(ROWS * 2)), outputs  # each partition once, whoever committed it
+
+
+def epoch_pipeline(ds, epoch, *, flag: str):
+    return ds.map_batches(partial(fail_partition_two, flag=flag), batch_format="numpy")
+
+
+def test_epochs_into_one_table_rerun_only_their_failed_partitions(ctx, table, s3_bucket, tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_streambatch.epochs import EpochManifest, list_inputs, run_epoch
+
+    kind, args, ids = table
+    path, options = (args["path"], {}) if kind == "delta" else (args["table_identifier"],
+                                                               {"catalog_kwargs": args["catalog_kwargs"]})
+    fs, bucket = pa.fs.FileSystem.from_uri(s3_bucket)
+    start = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
+    manifests = []
+    for hour in range(2):  # two hourly epochs of 4 files, ids 0..39 then 40..79
+        for i in range(PARTS):
+            first = ROWS * hour + 10 * i
+            pq.write_table(pa.table({"id": list(range(first, first + 10))}), f"{bucket}/in/{hour}/part-{i}.parquet",
+                           filesystem=fs)
+        manifests.append(EpochManifest((start + timedelta(hours=hour)).isoformat(),
+                                       (start + timedelta(hours=hour + 1)).isoformat(),
+                                       list_inputs(f"{s3_bucket}/in/{hour}")))
+    flag = tmp_path / "fail"
+    flag.touch()
+    ctx.max_task_retries = 0
+    run = partial(run_epoch, pipeline="test_table_writes:epoch_pipeline", output_path=path, output_format=kind,
+                  output_options=options, pipeline_kwargs={"flag": str(flag)})
+    first = run(manifests[0])
+    assert first.status == "failed" and [p.index for p in first.by_state("failed")] == [2]
+    assert run(manifests[1]).status == "succeeded"  # ids 40..79: none fails
+    flag.unlink()
+    again = run(manifests[0])
+    assert again.status == "succeeded" and [p.index for p in again.partitions if p.this_try] == [2]
+    assert run(manifests[0]).status == "succeeded"  # a Clear after success commits nothing more
+    assert ids() == list(range(2 * ROWS))
+    with pytest.raises(ValueError, match="full_recompute=True is not supported"):
+        run(manifests[0], full_recompute=True)

@@ -269,21 +269,6 @@ def _reports(report_dir) -> list[dict]:
     return [json.loads((report_dir / name).read_text()) for name in sorted(os.listdir(report_dir))]
 
 
-def _dag(dag_id: str, **operator_kwargs):
-    from airflow.sdk import DAG, Param
-
-    from airflow_streambatch.operators.streambatch import StreamBatchOperator
-
-    with DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC"), catchup=False,
-             params={"store": Param("s3://unset", type="string"), "root": Param("/tmp/unset", type="string")},
-             render_template_as_native_obj=True, tags=["streambatch-tests"]) as dag:
-        StreamBatchOperator(task_id="score", pipeline="test_object_store_credentials:record_environment",
-                            input_path="{{ params.store }}/in/{{ ds }}", output_path="{{ params.store }}/out/{{ ds }}",
-                            pipeline_kwargs={"report_dir": "{{ params.root }}/env"},
-                            data_context={"progress_interval_s": 0}, storage_conn_id="sb_s3", **operator_kwargs)
-    return dag
-
-
 class _Watcher(threading.Thread):
     """Reads every process's command line while a run goes on, as ``ps`` would, and keeps those
     holding ``needle``; notes the Spark JVMs and their properties files (path -> mode, text)."""
@@ -400,12 +385,13 @@ def test_an_in_process_epoch_reads_and_writes_s3_with_the_connections_keys(ctx, 
     """Embedded Spark already running in the process (as in a notebook): the driver's environment for the
     run, the Python workers' through the SparkContext's environment; both put back afterwards."""
     from airflow.sdk._shared.secrets_masker import redact
+    from streambatch_test_dags import sb_store_in_process
 
     store = s3_with_auth
     _ambient_keys_are_refused(store["bucket"])
     workers_env = dict(spark.sparkContext.environment)
     with caplog.at_level(logging.INFO):
-        states, watcher = _run_watched(_dag("sb_store_in_process"), store, tmp_path)
+        states, watcher = _run_watched(sb_store_in_process, store, tmp_path)
     assert states == {"score": "success"}, capfd.readouterr().out[-4000:]
     assert _output_ids(store) == list(range(300))
     _assert_every_process_used_the_connection(store, _reports(tmp_path / "env"), driver_pid_is_ours=True)
@@ -424,10 +410,11 @@ def test_a_spark_submit_epoch_gets_the_keys_through_its_environment_and_properti
                                                                                         tmp_path, monkeypatch, capfd):
     """spark-submit (a JVM and a Python driver of its own): its driver inherits the run's environment,
     its executors get ``spark.executorEnv.*`` from the 0600 properties file, never from a command line."""
+    from streambatch_test_dags import sb_store_spark_submit
+
     store = s3_with_auth
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[2]"}')
-    dag = _dag("sb_store_spark_submit", deploy_mode="spark_submit", streambatch_conn_id="spark_local")
-    states, watcher = _run_watched(dag, store, tmp_path)
+    states, watcher = _run_watched(sb_store_spark_submit, store, tmp_path)
     assert states == {"score": "success"}, capfd.readouterr().out[-4000:]
     assert _output_ids(store) == list(range(300))
     _assert_every_process_used_the_connection(store, _reports(tmp_path / "env"), driver_pid_is_ours=False)
