@@ -18,6 +18,7 @@ import time
 from functools import partial
 
 import pyarrow as pa
+import pyarrow.fs  # noqa: F401 - pa.fs
 import pyarrow.parquet as pq
 import pytest
 
@@ -45,22 +46,45 @@ def table(request, s3_bucket, tmp_path):
     return "iceberg", {"table_identifier": "db.scores", "catalog_kwargs": catalog}, partial(_iceberg_ids, catalog)
 
 
+def _plain_readers(files: list[str]) -> list[int]:
+    """The ids that pandas, Polars and DuckDB read from the files a table lists: each must agree."""
+    import duckdb
+    import pandas as pd
+    import polars as pl
+
+    fs, _ = pa.fs.FileSystem.from_uri(files[0]) if files else (None, None)
+    local = []
+    for n, uri in enumerate(files):  # DuckDB and Polars get local copies: no S3 extension or credentials here
+        target = f"{_READ_DIR}/{n}.parquet"
+        with fs.open_input_file(pa.fs.FileSystem.from_uri(uri)[1]) as src, open(target, "wb") as dst:
+            dst.write(src.read())
+        local.append(target)
+    by_pandas = sorted(i for f in local for i in pd.read_parquet(f, columns=["id"])["id"].tolist())
+    by_polars = sorted(pl.read_parquet(local, columns=["id"])["id"].to_list()) if local else []
+    by_duckdb = sorted(r[0] for r in duckdb.sql(f"SELECT id FROM read_parquet({local!r})").fetchall()) if local else []
+    assert by_pandas == by_polars == by_duckdb
+    for f in local:
+        os.remove(f)
+    return by_pandas
+
+
+_READ_DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"streambatch-table-reads-{os.getpid()}")
+os.makedirs(_READ_DIR, mode=0o700, exist_ok=True)
+
+
 def _delta_ids(uri: str) -> list[int]:
     from deltalake import DeltaTable
 
     table = DeltaTable(uri, storage_options=default_storage_options(uri))
     scanned = sorted(table.to_pyarrow_table(columns=["id"])["id"].to_pylist())
-    listed = sorted(i for f in table.file_uris() for i in pq.read_table(f, columns=["id"])["id"].to_pylist())
-    assert scanned == listed  # a plain reader of the files the table lists sees what the scan sees
+    assert scanned == _plain_readers(table.file_uris())  # plain readers of the listed files see what the scan sees
     return scanned
 
 
 def _iceberg_ids(catalog: dict) -> list[int]:
     table = IcebergFormat("db.scores", catalog).catalog.load_table("db.scores")
     scanned = sorted(table.scan().to_arrow()["id"].to_pylist())
-    listed = sorted(i for task in table.scan().plan_files()
-                    for i in pq.read_table(task.file.file_path, columns=["id"])["id"].to_pylist())
-    assert scanned == listed
+    assert scanned == _plain_readers([task.file.file_path for task in table.scan().plan_files()])
     return scanned
 
 

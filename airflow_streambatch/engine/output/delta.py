@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.output.commit import CommitRecord
-from airflow_streambatch.engine.output.tables import Pending, TableFormat, marker
+from airflow_streambatch.engine.output.tables import Pending, TableFormat, marker, require
 
 METADATA_KEY = "streambatch"
 _RESETS = ("DELETE", "CREATE OR REPLACE TABLE", "RESTORE")  # operations after which earlier markers are void
@@ -36,6 +36,7 @@ class DeltaFormat(TableFormat):
     name = "delta"
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
+        require("deltalake", "write_delta")
         self.uri = uri.rstrip("/")
         self.options = {**default_storage_options(self.uri), **(storage_options or {})}
 

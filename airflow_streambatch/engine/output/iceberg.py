@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict
 
 from airflow_streambatch.engine.output.commit import CommitRecord
-from airflow_streambatch.engine.output.tables import Pending, TableFormat, marker
+from airflow_streambatch.engine.output.tables import Pending, TableFormat, marker, require
 
 _RESETS = ("overwrite", "delete")  # snapshot operations after which earlier markers are void
 
@@ -40,6 +40,7 @@ class IcebergFormat(TableFormat):
     name = "iceberg"
 
     def __init__(self, identifier: str, catalog_kwargs: dict | None = None, snapshot_properties: dict | None = None):
+        require("pyiceberg", "write_iceberg")
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import NoSuchTableError
 

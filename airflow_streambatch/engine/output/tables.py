@@ -40,6 +40,16 @@ log = logging.getLogger("airflow_streambatch.engine.progress")
 COMMIT_ATTEMPTS = 5  # a conflicting transaction is retried (after re-reading the markers) this often
 
 
+def require(module: str, what: str):
+    """Import the table library ``module``, or say which extra installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{what} needs the {module} package: pip install 'airflow-streambatch[tables]'") from exc
+
+
 def marker(key: str, partition: int) -> str:
     return f"streambatch:{key}:p{partition:05d}"
 
