@@ -41,8 +41,14 @@ def _endpoint_is_http() -> bool:
     return endpoint.startswith("http://")
 
 
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL",
+                "AWS_ENDPOINT_URL_S3", "AWS_REGION", "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_ACCOUNT_NAME",
+                "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN")
+
+
 @functools.lru_cache(maxsize=64)
-def _store(scheme: str, bucket: str):
+def _store(scheme: str, bucket: str, credentials: tuple):
+    """A client per bucket and set of credentials (an epoch runs with its connection's: `hooks.object_store`)."""
     from obstore.store import from_url
 
     options = {"allow_http": True} if scheme == "s3" and _endpoint_is_http() else None
@@ -54,7 +60,7 @@ def _split(fs: pafs.FileSystem, path: str):
     if scheme is None:
         raise TypeError(f"{type(fs).__name__} is not an object store (S3, GCS or Azure)")
     bucket, _, key = path.lstrip("/").partition("/")
-    return _store(scheme, bucket), key
+    return _store(scheme, bucket, tuple(os.environ.get(name) for name in _CREDENTIALS)), key
 
 
 def create(fs: pafs.FileSystem, path: str, data: bytes) -> str:
