@@ -91,6 +91,7 @@ class EpochRecord:
     metrics: dict = field(default_factory=dict)
     spark_ui_url: str | None = None
     tries: int = 0  # runs of the epoch that started on this output (retries and clears included)
+    table: str | None = None  # "delta table s3://..." when the rows go to a table (the record is beside it)
     updated_at: float = field(default_factory=time.time)
 
     @classmethod
@@ -118,7 +119,7 @@ class EpochRecord:
         return {
             "interval_start": self.epoch["interval_start"], "interval_end": self.epoch["interval_end"],
             "fingerprint": self.fingerprint, "status": self.status, "reason": self.reason,
-            "output_path": self.output_path,
+            "output_path": self.output_path, "table": self.table,
             "partitions": len(self.partitions), "committed": c["committed"],
             "committed_this_try": c["committed_this_try"], "failed": c["failed"],
             "rows": c["rows"], "bytes": c["bytes"],

@@ -52,12 +52,16 @@ class EpochOutput:
         """The directory the rows land under (a table's location), for overlap checks and links."""
         return self._table().uri if self.is_table else self.path
 
-    def record_dir(self, manifest: EpochManifest) -> str:
-        """Where the epoch's record (``_epoch.json``) and write lease live."""
+    def record_dir(self, interval_start: str, interval_end: str) -> str:
+        """Where the record (``_epoch.json``) and write lease of the epoch with this interval live."""
         if not self.is_table:
             return self.path
-        interval = re.sub(r"[^0-9A-Za-z.+-]+", "_", f"{manifest.interval_start}--{manifest.interval_end}")
+        interval = re.sub(r"[^0-9A-Za-z.+-]+", "_", f"{interval_start}--{interval_end}")
         return f"{self.location().rstrip('/')}/_streambatch/epochs/{interval}"
+
+    def describe(self) -> str:
+        """``delta table s3://...`` or ``iceberg table db.scores``; a directory is its path."""
+        return f"{self.format} table {self.path}" if self.is_table else self.path
 
     def committed(self, target: OutputTarget, manifest: EpochManifest) -> dict[int, CommitRecord]:
         if not self.is_table:

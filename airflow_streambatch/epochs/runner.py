@@ -139,14 +139,14 @@ def run_epoch(
     check_output_apart(manifest, output.location())
     # one run of an epoch at a time: the record, like the commits, is written only under the output's lease
     with (DataContext.get_current().scoped(**(context_overrides or {})),
-          OutputTarget.open(output.record_dir(manifest)) as target):
+          OutputTarget.open(output.record_dir(manifest.interval_start, manifest.interval_end)) as target):
         return _run_epoch(manifest, pipeline, output, target, input_format, pipeline_kwargs,
                           full_recompute, on_progress, spark_ui_url)
 
 
 def _run_epoch(manifest, pipeline, output: EpochOutput, target: OutputTarget, input_format, pipeline_kwargs,
                full_recompute, on_progress, spark_ui_url) -> EpochRecord:
-    output_path = output.path
+    output_path = output.describe()
     fn = load_pipeline(pipeline)
     checkpoint = EpochCheckpoint(target.path, target.lease)
     previous = checkpoint.validate(manifest, full_recompute)
@@ -154,7 +154,8 @@ def _run_epoch(manifest, pipeline, output: EpochOutput, target: OutputTarget, in
         log.warning("try %d of epoch %s..%s stopped without recording why (its record still says running): its "
                     "driver was killed (SIGKILL, the out-of-memory killer, a lost host); resuming from its commits",
                     previous.tries, manifest.interval_start, manifest.interval_end)
-    record = EpochRecord.start(manifest, output_path)
+    record = EpochRecord.start(manifest, target.path)  # where the record lives: beside a table's, not in it
+    record.table = output.describe() if output.is_table else None
     record.tries = (previous.tries if previous else 0) + 1
     if not manifest.partitions:  # a quiet interval: an empty epoch is done, not an error
         log.warning("epoch %s..%s has no input files; committing it empty", manifest.interval_start,

@@ -57,7 +57,7 @@ def epoch_summary(record: EpochRecord, *, manifest_uri: str | None = None, trace
     return {
         "interval_start": record.epoch["interval_start"], "interval_end": record.epoch["interval_end"],
         "fingerprint": record.fingerprint, "status": record.status, "reason": _head(record.reason, 2000),
-        "tries": record.tries, "output_path": record.output_path,
+        "tries": record.tries, "output_path": record.output_path, "table": record.table,
         "record_uri": where, "manifest_uri": manifest_uri or where,
         "partitions": len(record.partitions), "committed": counts["committed"],
         "committed_this_try": counts["committed_this_try"], "failed": counts["failed"],

@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, as_uri, record_uri, stop_reason
+from airflow_streambatch.epochs.outputs import EpochOutput
 from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest, list_inputs
 from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
 from airflow_streambatch.epochs.runner import check_formats, check_output_apart, load_pipeline, run_epoch
@@ -68,7 +69,10 @@ class StreamBatchOperator(BaseOperator):
     succeeded reruns nothing unless ``full_recompute=True``.
 
     :param pipeline: ``"module:function"`` (templated) or the function itself.
-    :param output_path: the epoch's output directory, e.g. ``/data/out/{{ ds }}`` (templated).
+    :param output_path: the epoch's output directory, e.g. ``/data/out/{{ ds }}`` (templated); with
+        ``output_format="delta"`` the Delta table's URI, with ``"iceberg"`` the table's identifier
+        (``db.scores``): every epoch goes into the same table, its record and lease beside it in
+        ``<table location>/_streambatch/epochs/<interval>/``.
     :param manifest: the epoch manifest, usually ``EpochSensor(...).output`` (templated): the
         sensor's pointer to the manifest it wrote (read here and checked against its
         fingerprint), or a whole manifest dict. Without it, the files under ``input_path``
@@ -80,7 +84,10 @@ class StreamBatchOperator(BaseOperator):
         partition (read task, retry, commit) each, as `EpochSensor` does; ``None`` keeps one
         partition per file. Default 128 MiB.
     :param input_format: ``parquet`` (default), ``csv``, ``json``, ``text`` or ``binary_files``.
-    :param output_format: ``parquet`` (default), ``json`` or ``csv``.
+    :param output_format: ``parquet`` (default), ``json``, ``csv``, ``delta`` or ``iceberg``.
+    :param output_options: keyword arguments of the write (templated): ``compression`` for
+        Parquet, ``storage_options`` for Delta, ``catalog_kwargs`` and ``snapshot_properties``
+        for Iceberg.
     :param pipeline_kwargs: keyword arguments for the pipeline function (templated).
     :param streambatch_conn_id: a Spark connection (master in host); None runs embedded local Spark.
     :param storage_conn_id: the Airflow connection whose credentials read and write the object store
@@ -97,9 +104,9 @@ class StreamBatchOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = ("pipeline", "output_path", "manifest", "input_path", "pipeline_kwargs",
-                                      "spark_conf", "data_context", "full_recompute")
+                                      "spark_conf", "data_context", "full_recompute", "output_options")
     template_fields_renderers = {"manifest": "json", "pipeline_kwargs": "json", "spark_conf": "json",
-                                 "data_context": "json"}
+                                 "data_context": "json", "output_options": "json"}
     operator_extra_links = (SparkUILink(), EpochOutputLink())
     ui_color = "#fdf0d5"
 
@@ -109,7 +116,7 @@ class StreamBatchOperator(BaseOperator):
                  deploy_mode: str = "in_process", spark_conf: dict | None = None, data_context: dict | None = None,
                  full_recompute: bool = False, output_asset: Asset | None = None,
                  max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES, storage_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+                 output_options: dict | None = None, **kwargs: Any) -> None:
         if output_asset is not None:
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), output_asset]
         super().__init__(**kwargs)
@@ -126,6 +133,7 @@ class StreamBatchOperator(BaseOperator):
         self.max_partition_bytes = max_partition_bytes
         self.input_format = input_format
         self.output_format = output_format
+        self.output_options = output_options or {}
         self.pipeline_kwargs = pipeline_kwargs or {}
         self.streambatch_conn_id = streambatch_conn_id
         self.storage_conn_id = storage_conn_id
@@ -134,6 +142,11 @@ class StreamBatchOperator(BaseOperator):
         self.data_context = data_context or {}
         self.full_recompute = full_recompute
         self.output_asset = output_asset
+
+    @cached_property
+    def _output(self) -> EpochOutput:
+        """Where the rows go (rendered: built at run time)."""
+        return EpochOutput(self.output_path, self.output_format, self.output_options)
 
     @cached_property
     def hook(self) -> StreamBatchHook:
@@ -154,14 +167,17 @@ class StreamBatchOperator(BaseOperator):
     def _execute(self, context: Context) -> dict:
         # every XCom the links read exists from the start: Airflow reads the links when the try ends, and
         # a missing one is an "XCom not found" ERROR in the task log (the Spark UI's is set once Spark runs)
-        EpochOutputLink.persist(context, output_uri=as_uri(self.output_path))
+        output = self._output
+        start, end = epoch_interval(context)
+        EpochOutputLink.persist(context, output_uri=as_uri(output.record_dir(start, end)))
         SparkUILink.persist(context, url=None)
         if isinstance(self.full_recompute, str):  # rendered from a template without native rendering
             self.full_recompute = self.full_recompute.strip().lower() in ("true", "1", "yes")
         if self.input_path:  # run_epoch checks the manifest's files; the listed directory is an input too
-            check_disjoint([self.input_path], self.output_path, f"{self.task_id}: output_path")
+            check_disjoint([self.input_path], output.location(), f"{self.task_id}: output_path")
         manifest = self._epoch_manifest(context)
-        check_output_apart(manifest, self.output_path)  # here too: spark-submit's log is not the task's error
+        self._record_dir = output.record_dir(manifest.interval_start, manifest.interval_end)
+        check_output_apart(manifest, output.location())  # here too: spark-submit's log is not the task's error
         ti = context["ti"]
         store = context.get("task_state_store")
         self._log_earlier_progress(store, manifest)
@@ -173,12 +189,14 @@ class StreamBatchOperator(BaseOperator):
             SparkUILink.persist(context, url=ui, app_id=spark.sparkContext.applicationId,  # url None: UI disabled
                                 history_server_url=self.hook.history_server_url)
             record = run_epoch(manifest, self.pipeline, output_path=self.output_path, input_format=self.input_format,
-                               output_format=self.output_format, pipeline_kwargs=self.pipeline_kwargs,
+                               output_format=self.output_format, output_options=self.output_options,
+                               pipeline_kwargs=self.pipeline_kwargs,
                                full_recompute=self.full_recompute, context_overrides=self.data_context,
                                on_progress=lambda r: self._save_progress(store, r), spark_ui_url=ui)
         else:
             spec = spec_for(manifest, self.pipeline, self._manifest_uri, output_path=self.output_path,
                             input_format=self.input_format, output_format=self.output_format,
+                            output_options=self.output_options,
                             pipeline_kwargs=self.pipeline_kwargs,
                             full_recompute=self.full_recompute, context_overrides=self.data_context,
                             app_name=self.hook.app_name)
@@ -189,10 +207,10 @@ class StreamBatchOperator(BaseOperator):
                 self._stop_spark_submit()
                 self._record_stopped(manifest, exc)
                 raise
-            record = EpochCheckpoint(self.output_path).load()
+            record = EpochCheckpoint(self._record_dir).load()
             if record is None or EpochManifest.from_dict(record.epoch).fingerprint != manifest.fingerprint:
                 raise AirflowException(f"spark-submit finished but left no epoch record for this manifest in "
-                                       f"{self.output_path}/_epoch.json; see the spark-submit log above")
+                                       f"{self._record_dir}/_epoch.json; see the spark-submit log above")
 
         self._save_progress(store, record)
         self._log_outcome(record)
@@ -265,7 +283,7 @@ class StreamBatchOperator(BaseOperator):
     def _record_stopped(self, manifest: EpochManifest, exc: BaseException) -> None:
         """Say in the record why the spark-submit run stopped: its driver knows only that it got SIGTERM, or
         could not record anything (killed, or stopped before its run began)."""
-        checkpoint = EpochCheckpoint(self.output_path)
+        checkpoint = EpochCheckpoint(self._record_dir)
         record = checkpoint.load()
         if record is None or EpochManifest.from_dict(record.epoch).fingerprint != manifest.fingerprint:
             return
@@ -283,10 +301,10 @@ class StreamBatchOperator(BaseOperator):
             return manifest
         if not self.input_path:
             raise ValueError(f"{self.task_id}: give manifest= (e.g. EpochSensor(...).output) or input_path=")
-        previous = None if self.full_recompute else EpochCheckpoint(self.output_path).load()
+        start, end = epoch_interval(context)
+        previous = None if self.full_recompute else EpochCheckpoint(self._output.record_dir(start, end)).load()
         if previous is not None:  # frozen by an earlier try: retries see the same inputs
             return EpochManifest.from_dict(previous.epoch)
-        start, end = epoch_interval(context)
         return EpochManifest(start, end, list_inputs(self.input_path)).split(self.max_partition_bytes)
 
     # -- progress: the task state store mirrors the commit records ----------------------

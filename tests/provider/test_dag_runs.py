@@ -123,22 +123,27 @@ def test_a_failed_partition_fails_the_task_and_a_clear_reruns_only_it(ctx, airfl
     assert event["committed"] == 4 and event["rows"] == 400 and event["output_path"].endswith("out/2026-11-22")
 
 
-def test_an_epoch_on_s3_fails_a_partition_and_a_clear_reruns_only_it(ctx, airflow_db, tmp_path, s3_bucket):
-    """Input and output on the S3 server (before the output layer: the first commit failed)."""
-    import pyarrow.dataset as pads
+def _inputs_on_s3(tmp_path, s3_bucket, partitions: int = 4):
     import pyarrow.fs as pafs
-    from streambatch_test_dags import sb_epoch_s3
 
     fs, bucket = pafs.FileSystem.from_uri(s3_bucket)
-    write_inputs(tmp_path / "in", partitions=4)
+    write_inputs(tmp_path / "in", partitions=partitions)
     for name in sorted(os.listdir(tmp_path / "in")):
         with open(tmp_path / "in" / name, "rb") as src, fs.open_output_stream(f"{bucket}/in/2026-11-22/{name}") as dst:
             dst.write(src.read())
     with fs.open_output_stream(f"{bucket}/in/2026-11-22/_SUCCESS"):
         pass
     (tmp_path / "runs").mkdir()
-    (tmp_path / "fail").write_text("")
+    return fs, bucket
 
+
+def test_an_epoch_on_s3_fails_a_partition_and_a_clear_reruns_only_it(ctx, airflow_db, tmp_path, s3_bucket):
+    """Input and output on the S3 server (before the output layer: the first commit failed)."""
+    import pyarrow.dataset as pads
+    from streambatch_test_dags import sb_epoch_s3
+
+    fs, bucket = _inputs_on_s3(tmp_path, s3_bucket)
+    (tmp_path / "fail").write_text("")
     assert _run(sb_epoch_s3, tmp_path, store=s3_bucket, fail_partitions=[1]) == {"wait_for_epoch": "success",
                                                                                    "score": "failed"}
     assert set(_runs(tmp_path)) == {0, 1, 2, 3}
@@ -147,6 +152,28 @@ def test_an_epoch_on_s3_fails_a_partition_and_a_clear_reruns_only_it(ctx, airflo
     assert _runs(tmp_path) == [1]
     out = pads.dataset(f"{bucket}/out/2026-11-22", filesystem=fs, ignore_prefixes=["_", "."])
     assert sorted(out.to_table(columns=["id"])["id"].to_pylist()) == list(range(400))  # each row once
+
+
+def test_an_epoch_into_a_delta_table_on_s3_reruns_only_its_failed_partition(ctx, airflow_db, tmp_path, s3_bucket):
+    from deltalake import DeltaTable
+    from streambatch_test_dags import sb_epoch_s3_delta
+
+    from airflow_streambatch.engine.output.delta import default_storage_options
+
+    _inputs_on_s3(tmp_path, s3_bucket)
+    (tmp_path / "fail").write_text("")
+    assert _run(sb_epoch_s3_delta, tmp_path, store=s3_bucket, fail_partitions=[2])["score"] == "failed"
+    assert set(_runs(tmp_path)) == {0, 1, 2, 3}
+    (tmp_path / "fail").unlink()
+    assert _run(sb_epoch_s3_delta, tmp_path, store=s3_bucket, fail_partitions=[2])["score"] == "success"
+    assert _runs(tmp_path) == [2]
+    table = f"{s3_bucket}/scores_delta"
+    rows = DeltaTable(table, storage_options=default_storage_options(table)).to_pyarrow_table(columns=["id"])
+    assert sorted(rows["id"].to_pylist()) == list(range(400))
+    summary = _xcoms("sb_epoch_s3_delta")[("score", "return_value")]
+    assert summary["table"] == f"delta table {table}"
+    epoch = "2026-11-22T10_00_00+00_00--2026-11-22T10_00_00+00_00"
+    assert summary["record_uri"] == f"{table}/_streambatch/epochs/{epoch}/_epoch.json"  # beside the table
 
 
 def test_a_clear_after_success_reruns_nothing_unless_full_recompute(ctx, airflow_db, tmp_path):

@@ -25,9 +25,11 @@ PARAMS = {
 
 
 def epoch_dag(dag_id: str, *, retries: int = 0, deferrable: bool = False, mode: str = "poke", frontier: str = "marker",
-              deploy_mode: str = "in_process", conn_id: str | None = None, on_store: bool = False) -> DAG:
+              deploy_mode: str = "in_process", conn_id: str | None = None, on_store: bool = False,
+              output_format: str = "parquet") -> DAG:
     """``on_store``: input and output under ``params.store`` (an ``s3://`` bucket), the test's
-    run logs and flags still under ``params.root``."""
+    run logs and flags still under ``params.root``. A table format writes every epoch into
+    one table, ``<store>/scores_<format>``."""
     params, data = (({**PARAMS, "store": Param("s3://streambatch-tests", type="string")}, "params.store")
                     if on_store else (PARAMS, "params.root"))
     with DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC"), catchup=False,
@@ -36,7 +38,9 @@ def epoch_dag(dag_id: str, *, retries: int = 0, deferrable: bool = False, mode: 
                            timeout=120, deferrable=deferrable, mode=mode, frontier=frontier, quiet_period=2)
         StreamBatchOperator(
             task_id="score", manifest=wait.output, pipeline="pipelines:score",
-            output_path=f"{{{{ {data} }}}}/out/{{{{ ds }}}}",
+            output_path=(f"{{{{ {data} }}}}/out/{{{{ ds }}}}" if output_format == "parquet"
+                         else f"{{{{ {data} }}}}/scores_{output_format}"),
+            output_format=output_format,
             pipeline_kwargs={"runs_dir": "{{ params.root }}/runs", "fail_flag": "{{ params.root }}/fail",
                              "fail_partitions": "{{ params.fail_partitions }}",
                              "kill_driver_on": "{{ params.kill_driver_on }}"},
@@ -53,6 +57,7 @@ sb_epoch_retry = epoch_dag("sb_epoch_retry", retries=1)
 sb_epoch_deferrable = epoch_dag("sb_epoch_deferrable", deferrable=True)
 sb_epoch_quiet = epoch_dag("sb_epoch_quiet", mode="reschedule", frontier="quiescence")
 sb_epoch_s3 = epoch_dag("sb_epoch_s3", on_store=True)
+sb_epoch_s3_delta = epoch_dag("sb_epoch_s3_delta", on_store=True, output_format="delta")
 sb_epoch_spark_submit = epoch_dag("sb_epoch_spark_submit", deploy_mode="spark_submit", conn_id="spark_local")
 
 
