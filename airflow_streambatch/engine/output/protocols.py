@@ -111,9 +111,12 @@ class CopyCommit:
         self.fs.delete_dir(final)
 
     def _copy(self, staged: str, final: str, names: list[str]) -> None:
+        """Copy, then delete the copied files one request each (``delete_dir`` costs 5: a listing,
+        markers); what else the staged directory holds goes with the run's staging."""
         for name in names:
             self.fs.copy_file(f"{staged}/{name}", f"{final}/{name}")
-        self.fs.delete_dir(staged)
+        for name in names:
+            self.fs.delete_file(f"{staged}/{name}")
 
 
 def protocol_for(fs: pafs.FileSystem) -> RenameCommit | CopyCommit:

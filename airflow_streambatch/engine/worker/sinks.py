@@ -254,9 +254,10 @@ def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, e
     fs, root = resolve(path.rstrip("/"))
     if staged:
         root = staging_dir(root, env.run_id, partition)  # staging does not depend on the write's tag
-    fs.create_dir(root, recursive=True)
-    ext = options.extension(file_format)
     on_store = object_store_scheme(fs) is not None
+    if not on_store:  # an object store has no directories: creating one costs 6 requests for markers
+        fs.create_dir(root, recursive=True)
+    ext = options.extension(file_format)
     stem = f"part-{env.task_key}" if staged else f"part-{env.run_id}-{env.task_key}"
     files: list[_StagedWriter] = []
 
