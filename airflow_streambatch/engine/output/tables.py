@@ -158,21 +158,14 @@ class TableCommitter:
         """Nothing to record: the markers say what is committed."""
 
     def cleanup(self) -> None:
-        """Delete this run's data files that no transaction lists (failed or stopped partitions)."""
-        listed = set(self.table.markers(self.key)) if self.waiting else set()
-        for pending in self.waiting:
-            if pending.record.partition not in listed:
-                self._delete(pending.files)
+        """Delete this run's data files that no transaction lists (failed or stopped partitions,
+        a batch whose commit failed): they are named by the run, and invisible to readers."""
         self.waiting = []
         prefix = f"part-{self.run_id}-"
         committed = {name.rsplit("/", 1)[-1] for rec in self.table.markers(self.key).values() for name in rec.files}
         for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
             if info.base_name.startswith(prefix) and info.base_name not in committed:
                 self.fs.delete_file(info.path)
-
-    def wipe(self) -> int:
-        self.table.truncate()
-        return 0
 
     def _relative(self, path: str) -> str:
         return path[len(self.root) + 1:] if path.startswith(self.root + "/") else path
