@@ -7,7 +7,9 @@ started at 10:00 the data interval 09:00..10:00 (``schedule="@hourly"`` would gi
 Input: ``$STREAMBATCH_DEMO_ROOT/in/<YYYY-MM-DD>/<HH>/*.parquet`` (columns ``id``, ``text``),
 complete when its producer writes ``_SUCCESS`` there. Output:
 ``$STREAMBATCH_DEMO_ROOT/embeddings/<YYYY-MM-DD>/<HH>/``, one committed directory per
-input file, and an asset event on ``file://$STREAMBATCH_DEMO_ROOT/embeddings``.
+input file, and an asset event on ``$STREAMBATCH_DEMO_ROOT/embeddings`` (``file://`` before a
+local root). The root is a local directory or an object-store URI: docker-compose.yaml sets
+``s3://streambatch-demo/demo``, on its S3-compatible store.
 
 * ``embed_text_hourly``: the all-MiniLM-L6-v2 sentence-embedding model (384 dims),
   needs ``pip install 'airflow-streambatch[embed]'`` (torch, CPU build).
@@ -30,11 +32,12 @@ from airflow.sdk import DAG, Asset, CronDataIntervalTimetable, Param
 from airflow_streambatch.operators.streambatch import StreamBatchOperator
 from airflow_streambatch.sensors.epoch import EpochSensor
 
-ROOT = os.environ.get("STREAMBATCH_DEMO_ROOT", os.path.expanduser("~/streambatch-demo"))
+ROOT = os.environ.get("STREAMBATCH_DEMO_ROOT", os.path.expanduser("~/streambatch-demo")).rstrip("/") or "/"
 SPARK_CONN = os.environ.get("STREAMBATCH_SPARK_CONN") or None
 # the hour that ended, as `python -m airflow_streambatch.demo generate` writes it: 2026-11-22/09
 HOUR = "{{ data_interval_start.strftime('%Y-%m-%d/%H') }}"
-EMBEDDINGS = Asset(f"file://{ROOT}/embeddings")
+# an object-store root is a URI already (s3://bucket/demo); a local one becomes file:///path
+EMBEDDINGS = Asset(f"{ROOT}/embeddings" if "://" in ROOT else f"file://{ROOT}/embeddings")
 
 
 def text_embedding_dag(dag_id: str, pipeline: str, pipeline_kwargs: dict, description: str) -> DAG:
