@@ -158,8 +158,8 @@ class WriteLease:
                     return
                 try:
                     self._renew_now()
-                except OSError as exc:  # the store did not answer: try again; `check` tells when it is too late
-                    log.warning("could not renew the write lease %s (%s); retrying", self.path, exc)
+                except Exception as exc:  # noqa: BLE001 - the store did not answer: try again; `check` says
+                    log.warning("could not renew the write lease %s (%s); retrying", self.path, exc)  # when too late
 
 
 def lease_path(root: str) -> str:
