@@ -269,3 +269,37 @@ def test_epochs_into_one_table_rerun_only_their_failed_partitions(ctx, table, s3
     assert ids() == list(range(2 * ROWS))
     with pytest.raises(ValueError, match="full_recompute=True is not supported"):
         run(manifests[0], full_recompute=True)
+
+
+def test_a_commit_built_on_a_table_version_that_moved_fails_instead_of_duplicating(ctx, table, monkeypatch):
+    """Writer A read the markers on version v (none for partition 0); writer B committed partition 0
+    since. A's commit of partition 0 on v must fail (A then reads the markers again and drops it),
+    never be rebased onto B's."""
+    from airflow_streambatch.engine.output.commit import CommitRecord
+    from airflow_streambatch.engine.output.tables import Pending
+    from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns
+
+    kind, args, ids = table
+    _write(kind, args, sb.range(10, override_num_blocks=1), mode="resume", idempotence_key="seed")  # a table
+    fmt = DeltaFormat(args["path"]) if kind == "delta" else IcebergFormat("db.scores", args["catalog_kwargs"])
+    fs, data = pa.fs.FileSystem.from_uri(fmt.data_path())
+
+    def pending(run: str) -> Pending:
+        name = f"part-{run}-p00000-00000.parquet"
+        rows = pa.table({"id": pa.array(range(100, 110), pa.int64())})
+        pq.write_table(rows, f"{data}/{name}", filesystem=fs)
+        staged = StagedFile(f"{data}/{name}", 10, fs.get_file_info(f"{data}/{name}").size, schema_columns(rows.schema))
+        return Pending(CommitRecord(0, "p0", [name], 10, staged.bytes, run), [staged])
+
+    stale = fmt._table() if kind == "delta" else fmt.catalog.load_table("db.scores")  # A reads version v
+    fmt.commit("raced", [pending("writer-b")])  # B commits partition 0
+    module = sys.modules[type(fmt).__module__]
+    monkeypatch.setattr(module, "_markers_of", lambda table, key: {})  # A's check ran before B's commit
+    if kind == "delta":
+        monkeypatch.setattr(fmt, "_table", lambda: stale)
+    else:
+        monkeypatch.setattr(fmt.catalog, "load_table", lambda identifier: stale)
+    with pytest.raises(Exception) as failed:  # A, on version v
+        fmt.commit("raced", [pending("writer-a")])
+    assert "AlreadyCommitted" not in type(failed.value).__name__  # the table refused it
+    assert sorted(ids()) == list(range(10)) + list(range(100, 110))  # partition 0 of "raced" once

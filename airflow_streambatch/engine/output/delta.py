@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.output.commit import CommitRecord
-from airflow_streambatch.engine.output.tables import Pending, TableFormat, marker, require
+from airflow_streambatch.engine.output.tables import Pending, TableFormat, check_not_committed, marker, require
 
 METADATA_KEY = "streambatch"
 _RESETS = ("DELETE", "CREATE OR REPLACE TABLE", "RESTORE")  # operations after which earlier markers are void
@@ -54,22 +54,7 @@ class DeltaFormat(TableFormat):
 
     def markers(self, key: str) -> dict[int, CommitRecord]:
         table = self._table()
-        if table is None:
-            return {}
-        found: dict[int, CommitRecord] = {}
-        for entry in table.history():  # newest first
-            if entry.get("operation") in _RESETS or (entry.get("operation") == "WRITE" and
-                                                     entry.get("operationParameters", {}).get("mode") == "Overwrite"):
-                break
-            raw = entry.get(METADATA_KEY)
-            if not raw:
-                continue
-            data = json.loads(raw)
-            if data.get("key") != key:
-                continue
-            for rec in data.get("records", []):
-                found.setdefault(rec["partition"], CommitRecord(**rec))
-        return found
+        return {} if table is None else _markers_of(table, key)
 
     def commit(self, key: str, batch: list[Pending]) -> None:
         from deltalake import Schema
@@ -78,7 +63,8 @@ class DeltaFormat(TableFormat):
         version = int(time.time() * 1000)  # txn versions only grow
         properties = CommitProperties(
             custom_metadata={METADATA_KEY: json.dumps({"key": key, "records": [asdict(p.record) for p in batch]})},
-            app_transactions=[Transaction(marker(key, p.record.partition), version) for p in batch])
+            app_transactions=[Transaction(marker(key, p.record.partition), version) for p in batch],
+            max_commit_retries=0)  # a concurrent commit fails this one: the markers are read again, not rebased
         now_ms = int(time.time() * 1000)
         actions = [AddAction(name, f.bytes, {}, now_ms, True, json.dumps({"numRecords": f.rows}))
                    for p in batch for f, name in zip(p.files, p.record.files) if f.rows]
@@ -87,11 +73,12 @@ class DeltaFormat(TableFormat):
             return  # only empty partitions and no table yet: nothing to record them in (a resume reruns them)
         first = next((name for p in batch for f, name in zip(p.files, p.record.files) if f.rows), None)
         schema = self._schema(f"{self.uri}/{first}") if first else table.schema().to_arrow()
-        if table is None:
-            create_table_with_add_actions(self.uri, Schema.from_arrow(schema), actions, mode="append",
+        if table is None:  # "error": of two writers creating the table, the second fails and is settled
+            create_table_with_add_actions(self.uri, Schema.from_arrow(schema), actions, mode="error",
                                           storage_options=self.options, commit_properties=properties)
-        else:
-            table.create_write_transaction(actions, mode="append", schema=schema, commit_properties=properties)
+            return
+        check_not_committed(_markers_of(table, key), batch)  # on the version this commit is based on
+        table.create_write_transaction(actions, mode="append", schema=schema, commit_properties=properties)
 
     def truncate(self) -> None:
         table = self._table()
@@ -102,6 +89,22 @@ class DeltaFormat(TableFormat):
         table = self._table()
         return table is not None and bool(table.file_uris())
 
-    def _schema(self, path: str):
+    @staticmethod
+    def _schema(path: str):
         fs, inner = resolve(path)
         return pq.read_schema(inner, filesystem=fs)
+
+
+def _markers_of(table, key: str) -> dict[int, CommitRecord]:
+    """The records of ``key`` in ``table``'s history (newest first), back to the last overwrite or delete."""
+    found: dict[int, CommitRecord] = {}
+    for entry in table.history():
+        if entry.get("operation") in _RESETS or (entry.get("operation") == "WRITE" and
+                                                 entry.get("operationParameters", {}).get("mode") == "Overwrite"):
+            break
+        raw = entry.get(METADATA_KEY)
+        data = json.loads(raw) if raw else {}
+        if data.get("key") == key:
+            for rec in data.get("records", []):
+                found.setdefault(rec["partition"], CommitRecord(**rec))
+    return found

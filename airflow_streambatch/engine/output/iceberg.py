@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict
 
 from airflow_streambatch.engine.output.commit import CommitRecord
-from airflow_streambatch.engine.output.tables import Pending, TableFormat, marker, require
+from airflow_streambatch.engine.output.tables import Pending, TableFormat, check_not_committed, marker, require
 
 _RESETS = ("overwrite", "delete")  # snapshot operations after which earlier markers are void
 
@@ -60,25 +60,11 @@ class IcebergFormat(TableFormat):
         return f"{self.uri}/data"
 
     def markers(self, key: str) -> dict[int, CommitRecord]:
-        from pyiceberg.table.snapshots import ancestors_of
-
-        table = self.catalog.load_table(self.identifier)
-        prefix = marker(key, 0)[:-len("00000")]
-        found: dict[int, CommitRecord] = {}
-        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-            summary = snapshot.summary
-            if summary is None:
-                continue
-            if summary.operation.value in _RESETS:
-                break
-            for name, value in summary.additional_properties.items():
-                if name.startswith(prefix):
-                    rec = CommitRecord(**json.loads(value))
-                    found.setdefault(rec.partition, rec)
-        return found
+        return _markers_of(self.catalog.load_table(self.identifier), key)
 
     def commit(self, key: str, batch: list[Pending]) -> None:
         table = self.catalog.load_table(self.identifier)
+        check_not_committed(_markers_of(table, key), batch)  # the catalog refuses the commit if the table moved
         properties = {**self.snapshot_properties,
                       **{marker(key, p.record.partition): json.dumps(asdict(p.record)) for p in batch}}
         paths = [f"{self.data_path()}/{name}" for p in batch for f, name in zip(p.files, p.record.files) if f.rows]
@@ -100,3 +86,22 @@ class IcebergFormat(TableFormat):
         table = self.catalog.load_table(self.identifier)
         snapshot = table.current_snapshot()
         return snapshot is not None and int((snapshot.summary or {}).get("total-records", "0") or 0) > 0
+
+
+def _markers_of(table, key: str) -> dict[int, CommitRecord]:
+    """The records of ``key`` in the current snapshot's ancestry, back to the last overwrite or delete."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    prefix = marker(key, 0)[:-len("00000")]
+    found: dict[int, CommitRecord] = {}
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        summary = snapshot.summary
+        if summary is None:
+            continue
+        if summary.operation.value in _RESETS:
+            break
+        for name, value in summary.additional_properties.items():
+            if name.startswith(prefix):
+                rec = CommitRecord(**json.loads(value))
+                found.setdefault(rec.partition, rec)
+    return found

@@ -25,6 +25,7 @@ id for appends.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
 
@@ -37,7 +38,7 @@ from airflow_streambatch.engine.worker.staging import StagedFile
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
-COMMIT_ATTEMPTS = 5  # a conflicting transaction is retried (after re-reading the markers) this often
+COMMIT_ATTEMPTS = 10  # a conflicting transaction is retried (after re-reading the markers) this often
 
 
 def require(module: str, what: str):
@@ -52,6 +53,19 @@ def require(module: str, what: str):
 
 def marker(key: str, partition: int) -> str:
     return f"streambatch:{key}:p{partition:05d}"
+
+
+class AlreadyCommitted(Exception):
+    """Partitions of a batch are committed on the table version a commit was about to build on."""
+
+
+def check_not_committed(markers: dict, batch: list) -> None:
+    """Raise `AlreadyCommitted` if a marker of the batch is on the table the commit builds on: a format
+    checks this on the very version it commits against, which the table's optimistic concurrency then
+    guards, so two writers never both commit a partition."""
+    done = sorted(p.record.partition for p in batch if p.record.partition in markers)
+    if done:
+        raise AlreadyCommitted(f"partitions {done} are committed already")
 
 
 @dataclass
@@ -75,7 +89,9 @@ class TableFormat:
         raise NotImplementedError
 
     def commit(self, key: str, batch: list[Pending]) -> None:
-        """Add the batch's files and markers in one transaction (creating the table if needed)."""
+        """Add the batch's files and markers in one transaction (creating the table if needed), built on
+        a table version whose markers it checked (`check_not_committed`), failing if another commit
+        landed since: never rebased blindly."""
         raise NotImplementedError
 
     def truncate(self) -> None:
@@ -151,7 +167,7 @@ class TableCommitter:
                     raise
                 log.warning("commit of %d partition(s) to %s failed or its outcome is unknown (%s: %s); reading "
                             "its markers to settle it", len(batch), self.table.uri, type(exc).__name__, exc)
-                time.sleep(0.2 * attempt)
+                time.sleep(0.1 * attempt * (1 + random.random()))  # writers that collided do not collide again
         return landed
 
     def finish(self, complete: bool) -> None:
