@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.execution.partitions import WriteResult
@@ -50,7 +51,7 @@ class EpochOutput:
 
     def location(self) -> str:
         """The directory the rows land under (a table's location), for overlap checks and links."""
-        return self._table().uri if self.is_table else self.path
+        return self._table.uri if self.is_table else self.path
 
     def record_dir(self, interval_start: str, interval_end: str) -> str:
         """Where the record (``_epoch.json``) and write lease of the epoch with this interval live."""
@@ -66,7 +67,7 @@ class EpochOutput:
     def committed(self, target: OutputTarget, manifest: EpochManifest) -> dict[int, CommitRecord]:
         if not self.is_table:
             return PartitionCommitter(self.path, run_id="inspect", lease=target.lease).committed()
-        return self._table().markers(epoch_key(manifest))
+        return self._table.markers(epoch_key(manifest))
 
     def write(self, ds: Dataset, target: OutputTarget, manifest: EpochManifest, on_commit) -> WriteResult:
         """``mode="resume"``: the commits (records, or a table's markers) decide what is left."""
@@ -76,7 +77,9 @@ class EpochOutput:
         return write(self.path, mode="resume", idempotence_key=epoch_key(manifest), on_commit=on_commit,
                      **self.options)
 
+    @cached_property
     def _table(self):
+        """The table's format object, built once: an Iceberg one loads its catalog and table."""
         if self.format == "delta":
             from airflow_streambatch.engine.output.delta import DeltaFormat
 

@@ -279,18 +279,18 @@ def process_environment(variables: Mapping[str, str | None]) -> Iterator[None]:
     """Set (or, for None, remove) ``variables`` in ``os.environ``; on exit put back what was there."""
     previous = {name: os.environ.get(name) for name in variables}
     try:
-        for name, value in variables.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environment(variables)
         yield
     finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_environment(previous)
+
+
+def _set_environment(variables: Mapping[str, str | None]) -> None:
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @contextlib.contextmanager

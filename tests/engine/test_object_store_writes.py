@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
 import time
 from datetime import datetime, timezone
 from functools import partial
@@ -26,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as sb
+from killed_driver import kill_when_flagged
 from airflow_streambatch.engine.output.lease import LEASE_FILE, WriteLeaseHeldError, WriteLeaseLostError, acquire
 from airflow_streambatch.engine.output.target import OutputTarget
 
@@ -143,31 +142,12 @@ with ctx.scoped():
 """
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    for pid in children:
-        subprocess.run(["kill", "-9", pid], check=False)
-
-
 @pytest.mark.parametrize("step", ["before_record", "between_files", "after_files"])
 def test_a_driver_killed_at_each_step_of_a_commit_leaves_no_partial_or_duplicate_rows(ctx, s3_bucket, tmp_path,
                                                                                        step):
     out, flag = f"{s3_bucket}/killed-{step}", tmp_path / "at-step"
     script = _KILLED_WRITER.format(flag=str(flag), step=step, blocks=str(tmp_path / "blocks-killed"), out=out)
-    log_path = tmp_path / "writer.log"
-    with open(log_path, "wb") as log:
-        writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=log,
-                                  stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while not flag.exists():
-            assert writer.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"the writer never reached {step}: {log_path.read_text()[-3000:]}"
-            time.sleep(0.05)
-    finally:
-        _kill_tree(writer)
+    kill_when_flagged(script, flag, tmp_path / "writer.log")
     fs, root = _fs(out)
     records = [k for k in _keys(out) if k.endswith("_commit.json")]
     seen = _ids(out) if any(k.endswith(".parquet") and k.startswith("p0") for k in _keys(out)) else []

@@ -10,11 +10,8 @@ pyarrow over the files each table lists.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import textwrap
-import time
 from functools import partial
 
 import pyarrow as pa
@@ -23,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as sb
+from killed_driver import kill_when_flagged
 from airflow_streambatch.engine.output.delta import DeltaFormat, default_storage_options
 from airflow_streambatch.engine.output.iceberg import IcebergFormat
 
@@ -186,22 +184,7 @@ def test_a_driver_killed_at_a_table_commit_leaves_the_table_exact_after_a_resume
     flag = tmp_path / "at-commit"
     script = _KILLED_WRITER.format(kind=kind, after=after, flag=str(flag), blocks=str(tmp_path / "blocks-killed"),
                                    rows=ROWS, parts=PARTS, args=args)
-    log_path = tmp_path / "writer.log"
-    with open(log_path, "wb") as log:
-        writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=log,
-                                  stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while not flag.exists():
-            assert writer.poll() is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-            time.sleep(0.05)
-    finally:
-        children = subprocess.run(["pgrep", "-P", str(writer.pid)], capture_output=True, text=True).stdout.split()
-        writer.send_signal(signal.SIGKILL)
-        writer.wait(timeout=30)
-        for pid in children:
-            subprocess.run(["kill", "-9", pid], check=False)
+    kill_when_flagged(script, flag, tmp_path / "writer.log")
     if after:
         assert ids() == list(range(ROWS))  # the transaction landed; its driver never learned it
     result = _write(kind, args, sb.range(ROWS, override_num_blocks=PARTS), mode="resume")
