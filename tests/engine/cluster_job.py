@@ -66,6 +66,10 @@ def cluster_session(master: str, app_name: str):
     spark = (
         SparkSession.builder.master(master).appName(app_name)
         .config("spark.executor.cores", "2").config("spark.cores.max", "4").config("spark.executor.memory", "512m")
+        # both executors registered before the first job: tests that assert work on both hosts
+        # (CI once saw every task of a run on the one executor that registered first)
+        .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+        .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "60s")
         .config("spark.pyspark.python", sys.executable).config("spark.executorEnv.PYTHONPATH", here)
         .config(map=with_spark_defaults({"spark.ui.enabled": "false"}))
         .getOrCreate()
