@@ -64,7 +64,7 @@ def text_embedding_dag(dag_id: str, pipeline: str, pipeline_kwargs: dict, descri
 
 
 embed_text_hourly = text_embedding_dag(
-    "embed_text_hourly", "text_pipelines:embed", {"batch_size": 64, "model_concurrency": 1},
+    "embed_text_hourly", "text_pipelines:embed", {"batch_size": 64},
     "Hourly sentence embeddings with all-MiniLM-L6-v2 on Spark")
 embed_text_light = text_embedding_dag(
     "embed_text_light", "text_pipelines:embed_light", {"batch_size": 256},

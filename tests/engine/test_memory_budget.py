@@ -107,12 +107,12 @@ def test_release_without_delete_keeps_the_file(tmp_path):
     assert ledger.memory.used == 0 and a.buffered_output_bytes == 0 and not ledger.holds(block.path)
 
 
-def test_retarget_moves_ownership_and_frees_the_cut_bytes(tmp_path):
+def test_a_split_moves_ownership_and_frees_the_cut_bytes(tmp_path):
     ledger, (a, b) = ledger_with()
     whole = ref(block_file(tmp_path, "w"), "0:t:0", 100, rows=10)
     ledger.add(b, whole)
     part = whole.slice(0, 3)  # a limit keeps three rows
-    ledger.retarget(whole, part)
+    ledger.split(whole, [part])
     assert ledger.memory.used == b.buffered_output_bytes == 30
     ledger.release(whole)  # the whole block is no longer tracked
     assert ledger.memory.used == 30 and os.path.exists(whole.path)
@@ -121,10 +121,24 @@ def test_retarget_moves_ownership_and_frees_the_cut_bytes(tmp_path):
     assert not os.path.exists(whole.path)
 
 
-def test_retarget_of_an_unknown_block_does_nothing(tmp_path):
+def test_pieces_of_a_split_block_share_its_file_until_the_last_is_released(tmp_path):
+    ledger, (a, _) = ledger_with()
+    whole = ref(block_file(tmp_path, "w"), "0:t:0", 100, rows=10)
+    ledger.add(a, whole)
+    pieces = [whole.slice(0, 4), whole.slice(4, 3), whole.slice(7, 3)]  # three tasks' inputs
+    ledger.split(whole, pieces)
+    assert ledger.memory.used == a.buffered_output_bytes == 100
+    for piece in pieces[:2]:
+        ledger.release(piece)
+        assert os.path.exists(whole.path)
+    ledger.release(pieces[2])
+    assert not os.path.exists(whole.path) and ledger.memory.used == a.buffered_output_bytes == 0
+
+
+def test_a_split_of_an_unknown_block_does_nothing(tmp_path):
     ledger, (a, _) = ledger_with()
     whole = ref(block_file(tmp_path, "w"), "0:t:0", 100)
-    ledger.retarget(whole, whole.slice(0, 1))
+    ledger.split(whole, [whole.slice(0, 1)])
     assert ledger.memory.used == 0 and a.buffered_output_bytes == 0
 
 

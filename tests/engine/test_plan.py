@@ -47,10 +47,10 @@ def test_limits_merge_and_repartition_is_its_own_operator():
     assert [type(op).__name__ for op in ops] == ["ReadOp", "LimitOp", "RepartitionOp"] and ops[1].limit == 3
 
 
-def test_partition_count_fills_slots_within_1_to_128_mib():
-    assert partition_count(1000 * MiB, 10_000, 8, None, 128 * MiB) == 8  # slots
+def test_partition_count_is_two_per_slot_and_at_most_the_target_each():
+    assert partition_count(1000 * MiB, 10_000, 8, None, 128 * MiB) == 16  # two per slot
     assert partition_count(4000 * MiB, 10_000, 8, None, 128 * MiB) == 32  # 128 MiB cap
-    assert partition_count(3 * MiB, 10_000, 8, None, 128 * MiB) == 3  # 1 MiB floor
+    assert partition_count(1 * MiB, 10_000, 2, None, 128 * MiB) == 4  # small inputs fill the slots too
     assert partition_count(4000 * MiB, 5, 8, None, 128 * MiB) == 5  # no more than fragments
     assert partition_count(10, 100, 8, 7, 128 * MiB) == 7  # user override
 

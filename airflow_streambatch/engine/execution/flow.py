@@ -63,8 +63,10 @@ class BlockFlow:
         self.partitions.drop(ref)
         self.ledger.release(ref, delete)
 
-    def retarget(self, whole: BlockRef, part: BlockRef) -> None:
-        self.ledger.retarget(whole, part)
+    def split(self, whole: BlockRef, parts: list[BlockRef]) -> None:
+        """``whole`` (queued or just produced) is replaced by slices of it."""
+        self.ledger.split(whole, parts)
+        self.partitions.split(whole, parts)
 
     def cut_upstream(self, limit_index: int) -> None:
         """A limit is reached: nothing upstream of it needs to run any more."""

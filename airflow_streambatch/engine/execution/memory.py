@@ -73,14 +73,17 @@ class BlockLedger:
     def holds(self, path: str) -> bool:
         return path in self._path_refs
 
-    def retarget(self, whole: BlockRef, part: BlockRef) -> None:
-        """A block replaced by a slice of it: move its ownership and bytes to the slice."""
+    def split(self, whole: BlockRef, parts: list[BlockRef]) -> None:
+        """A block replaced by slices of it (a limit's first rows, or pieces for several tasks):
+        they share its file and owner; bytes no slice covers are freed."""
         with self._lock:
             owner = self._owner.pop(whole.block_id, None)
             if owner is None:
                 return
-            self._owner[part.block_id] = owner
-            freed = whole.size_bytes - part.size_bytes
+            for part in parts:
+                self._owner[part.block_id] = owner
+            self._path_refs[whole.path] = self._path_refs.get(whole.path, 1) + len(parts) - 1
+            freed = whole.size_bytes - sum(part.size_bytes for part in parts)
             self.operators[owner].buffered_output_bytes -= freed
             self.memory.used -= freed
 

@@ -105,6 +105,14 @@ class PartitionTracker:
             for p in ref.partitions:
                 self._decrement(p)
 
+    def split(self, whole: BlockRef, parts: list[BlockRef]) -> None:
+        """A held block replaced by slices of it: they are held before it is dropped, so its
+        partitions cannot commit in between."""
+        if whole.block_id in self._held:
+            for part in parts:
+                self.hold(part)
+            self.drop(whole)
+
     def add_files(self, partitions: tuple[int, ...], files: list[StagedFile]) -> None:
         for p in partitions:
             self.files[p].extend(files)

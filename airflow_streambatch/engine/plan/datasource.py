@@ -4,9 +4,9 @@ A `ReadTask` is one input partition, the root of lineage: it says what it reads
 (so errors can name the file) and roughly how many bytes (so the planner and the
 source budget can size it), and yields Arrow tables when run on an executor.
 
-`plan_read_tasks` is the initial partitioning of paper section 4.1: enough tasks to
-fill every execution slot, no more than there are fragments (files or parquet row
-groups), and blocks of 1-128 MiB where the input size allows.
+`partition_count` is the initial partitioning of paper section 4.1: two tasks per
+execution slot, no more than there are fragments (files or parquet row groups), and
+blocks of at most ``target_max_block_size``.
 """
 
 from __future__ import annotations
@@ -161,12 +161,12 @@ def fingerprint(value) -> str:
 
 
 def partition_count(total_bytes: int, pieces: int, slots: int, override: int | None, target_bytes: int) -> int:
-    """How many read tasks: ``override`` if given, else enough to fill ``slots`` with
-    partitions of at least 1 MiB and at most ``target_bytes``; never more than ``pieces``."""
-    if override:
-        count = override
-    else:
-        count = max(min(slots, math.ceil(total_bytes / (1 << 20))), math.ceil(total_bytes / target_bytes))
+    """How many read tasks: ``override`` if given, else two per slot (so every slot has a task
+    and the next is ready when one ends, as Ray Data reads at least two blocks per CPU) and
+    enough that none is over ``target_bytes``; never more than ``pieces``. (A floor of 1 MiB
+    per task made 1 MB of sentences one task, and a model with two copies ran on one:
+    issue 28.)"""
+    count = override or max(2 * slots, math.ceil(total_bytes / target_bytes))
     return max(1, min(pieces, count))
 
 

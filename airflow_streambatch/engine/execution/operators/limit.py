@@ -20,7 +20,7 @@ class LimitOperator(Operator):
             return
         if ref.num_rows > remaining:
             part = ref.slice(0, remaining)
-            flow.retarget(ref, part)
+            flow.split(ref, [part])
             ref = part
         self.rows_seen += ref.num_rows
         self.stats.rows_out += ref.num_rows

@@ -14,7 +14,13 @@ How many blocks a task takes is decided by cost, from the operator's own estimat
 * never more blocks than keep every free slot busy, never past ``target_max_block_size``
   of input, never across input partitions when the run commits or isolates failures per
   partition;
-* the first transform's ``batch_size`` is the least rows of a task (Ray Data's rule).
+* the first transform's ``batch_size`` is the least rows of a task (Ray Data's rule);
+* the other way, a block is cut into pieces when slots would otherwise idle: with fewer
+  blocks queued than free slots, the largest is sliced (in the driver, no data moves) into
+  one piece per idle slot, each of at least ``batch_size`` rows, if a piece's work is known
+  not to be cheap, or before anything is known, if the operator is a stateful class or
+  asks for GPUs (a model). A slow model fed one block by a small input then runs on every
+  copy at once (issue 28: 1,600 sentences in one block kept one of two model copies idle).
 
 With ``preserve_order`` the queue is taken in input order, and a task bundles only
 blocks that nothing can fall between: blocks that follow each other in one upstream
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import inspect
 import math
 from collections import deque
 
@@ -63,6 +70,9 @@ class MapOperator(Operator):
         self.min_rows = first.batch_size if isinstance(first, MapBatches) and first.batch_size else 0
         self.min_rows = max(self.min_rows, sink_min_rows(self.physical.transforms))  # write_*(min_rows_per_file=)
         self.ordered = self.ctx.execution_options.preserve_order
+        # a model: presumed slow before its first task says otherwise
+        self.model_like = any(inspect.isclass(getattr(t, "fn", None)) for t in self.physical.transforms) or any(
+            name == "GPU" for name, _ in self.compute.resources)
         # preserve_order: the smallest place of work pending upstream, set by the flow each turn
         # (None: nothing pending; () until first set, which bundles nothing but siblings)
         self.upstream_frontier: Order | None = ()
@@ -70,6 +80,31 @@ class MapOperator(Operator):
 
     def _has_new_work(self) -> bool:
         return bool(self.inputs) and (self.upstream_done or self._bundle_ready())
+
+    def advance(self, flow) -> None:
+        self._split_for_idle_slots(flow)
+
+    def _split_for_idle_slots(self, flow) -> None:
+        """Cut the largest queued block into one piece per slot that would idle (module docstring).
+        Not with ``preserve_order``: pieces of one block would share its place in the order."""
+        if self.ordered or self.cut or self.retry_specs or not self.inputs:
+            return
+        idle = self.usable_slots() - len(self.inputs)
+        if idle <= 0:
+            return
+        largest = max(self.inputs, key=lambda ref: ref.num_rows)
+        count = min(idle + 1, largest.num_rows // max(1, self.min_rows))
+        if count < 2 or not (self.estimates.known or self.model_like):
+            return
+        if self._cheap(largest.num_rows // count, largest.size_bytes // count):
+            return
+        bounds = [round(i * largest.num_rows / count) for i in range(count + 1)]
+        pieces = [largest.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+        flow.split(largest, pieces)
+        at = self.inputs.index(largest)
+        self.inputs.remove(largest)
+        for offset, piece in enumerate(pieces):
+            self.inputs.insert(at + offset, piece)
 
     def _new_task_input_bytes(self) -> int:
         return sum(ref.size_bytes for ref in self._peek_bundle())

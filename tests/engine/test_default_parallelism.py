@@ -1,0 +1,80 @@
+"""With the defaults a user has, every slot gets work (issue 28): reads are cut into two
+tasks per slot where the input has the pieces, and a block that would keep a slow
+consumer's other copies idle is cut into one piece per idle slot."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import airflow_streambatch.engine as sb
+from conftest import SPARK_SLOTS
+
+
+def _files(root, count: int, rows: int) -> str:
+    os.makedirs(root)
+    for f in range(count):
+        pq.write_table(pa.table({"id": list(range(f * rows, (f + 1) * rows))}), f"{root}/f{f:02d}.parquet")
+    return str(root)
+
+
+def _read_tasks(ds) -> int:
+    return ds.last_run_stats.ops[0].tasks_done
+
+
+class Model:
+    """A slow stateful consumer: each copy tags the rows it handled with its own id."""
+
+    def __init__(self):
+        self.copy = uuid.uuid4().hex
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        time.sleep(0.2)
+        return batch.append_column("copy", pa.array([self.copy] * batch.num_rows))
+
+
+def test_a_small_input_is_read_by_two_tasks_per_slot(ctx, tmp_path):
+    """16 files of a few hundred bytes: 2 tasks per slot, not one task for the whole (1 MiB) floor."""
+    ds = sb.read_parquet(_files(tmp_path / "in", 16, 10))
+    assert sorted(r["id"] for r in ds.take_all()) == list(range(160))
+    assert _read_tasks(ds) == 2 * SPARK_SLOTS
+
+
+def test_reads_are_never_cut_finer_than_the_files(ctx, tmp_path):
+    ds = sb.read_parquet(_files(tmp_path / "in", 3, 10))
+    assert len(ds.take_all()) == 30 and _read_tasks(ds) == 3
+
+
+def test_one_block_feeds_every_copy_of_a_slow_stateful_consumer(ctx, tmp_path):
+    """One small file is one block; the model's copies share it instead of one copy taking it all
+    while the others idle. Every row is written once, by the one partition that read it."""
+    ds = sb.read_parquet(_files(tmp_path / "in", 1, 400)).map_batches(
+        Model, concurrency=SPARK_SLOTS, batch_size=50, batch_format="pyarrow")
+    result = ds.write_parquet(str(tmp_path / "out"))
+    assert list(result.committed) == [0]
+    table = pq.read_table(str(tmp_path / "out"))
+    assert sorted(table["id"].to_pylist()) == list(range(400))
+    assert len(set(table["copy"].to_pylist())) == SPARK_SLOTS
+    model = ds.last_run_stats.ops[1]
+    assert model.tasks_done == SPARK_SLOTS
+
+
+def test_pieces_are_never_smaller_than_the_batch_size(ctx, tmp_path):
+    ds = sb.read_parquet(_files(tmp_path / "in", 1, 300)).map_batches(
+        Model, concurrency=SPARK_SLOTS, batch_size=150, batch_format="pyarrow")
+    rows = ds.take_all()
+    assert sorted(r["id"] for r in rows) == list(range(300))
+    assert ds.last_run_stats.ops[1].tasks_done == 2
+
+
+def test_with_preserve_order_a_block_is_not_cut(ctx, tmp_path):
+    """Pieces of one block would share its place in the order: ordered runs keep blocks whole."""
+    ctx.execution_options.preserve_order = True
+    ds = sb.read_parquet(_files(tmp_path / "in", 1, 200)).map_batches(
+        Model, concurrency=SPARK_SLOTS, batch_size=50, batch_format="pyarrow")
+    assert [r["id"] for r in ds.take_all()] == list(range(200))
+    assert ds.last_run_stats.ops[1].tasks_done == 1
