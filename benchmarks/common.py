@@ -77,6 +77,15 @@ def slot(directory: str, kind: str, count: int):
         time.sleep(0.002)
 
 
+class Failed(RuntimeError):
+    """A run or its read-back did not give what it must: the benchmark exits non-zero."""
+
+
+def check(ok: bool, message: str) -> None:
+    if not ok:
+        raise Failed(message)
+
+
 def timed(fn):
     start = time.perf_counter()
     result = fn()
@@ -87,6 +96,16 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def subplots(ncols: int, figsize: tuple[float, float]):
+    """(figure, axes) of ``ncols`` plots side by side, drawn off-screen (matplotlib's Agg), for `save`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(1, ncols, figsize=figsize)
 
 
 def save(out_dir: str, name: str, figures: dict, table: str, fig) -> None:

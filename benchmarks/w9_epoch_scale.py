@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.common import engine_context, markdown_table, parse_args, save, spark_session, timed, warm_up
+from benchmarks.common import (engine_context, markdown_table, parse_args, save, spark_session, subplots, timed,
+                               warm_up)
 
 XCOM_TARGET = 64 * 1024
 OVERHEAD_TARGET_MS = 10.0
@@ -215,13 +216,8 @@ def main() -> None:
                f"{large['partitions']:,}: {large['xcom_bytes']:,} B, {large['xcom_before'] / large['xcom_bytes']:.0f}x "
                f"less than before (target < {XCOM_TARGET:,} B).")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     xs = [r["partitions"] for r in runs]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = subplots(2, figsize=(10, 4))
     left.plot(xs, [r["layer_ms_per_partition"] for r in runs], marker="o", label="epoch layer's own time")
     left.plot(xs, [max(r["overhead_ms_per_partition"], 1e-3) for r in runs], marker="^", linestyle="--",
               label="operator path - engine alone (noisy)")

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 
 import pytest
@@ -19,6 +17,8 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _test_dirs = [os.path.join(_here, d) for d in ("", "engine", "provider", "compat")]
 os.environ["PYTHONPATH"] = os.pathsep.join([*_test_dirs, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 sys.path[:0] = [d for d in [*_test_dirs, os.path.join(_here, "provider", "dags")] if d not in sys.path]
+
+from ports import free_port, wait_for_port  # noqa: E402 - tests/ is importable from here on
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -32,17 +32,11 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(_here, "provider", "dags
 SPARK_SLOTS = 4
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # An S3-compatible server process (moto's), started on first use by `s3_server`. Its address and
 # test credentials go into the environment now, before Spark starts, so that Spark's Python
 # workers (which inherit the JVM's environment) reach it as the driver does; they also keep
 # every client (pyarrow, obstore, boto3) off real AWS.
-S3_ENDPOINT = f"http://127.0.0.1:{_free_port()}"
+S3_ENDPOINT = f"http://127.0.0.1:{free_port()}"
 os.environ.update(AWS_ENDPOINT_URL=S3_ENDPOINT, AWS_ACCESS_KEY_ID="streambatch-test",
                   AWS_SECRET_ACCESS_KEY="streambatch-test-secret", AWS_DEFAULT_REGION="us-east-1",
                   AWS_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
@@ -57,16 +51,11 @@ def s3_server(tmp_path_factory):
     log = open(tmp_path_factory.mktemp("s3") / "moto.log", "wb")
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                pytest.fail(f"moto's S3 server did not start on port {port}; see {log.name}")
-            time.sleep(0.1)
+    try:
+        wait_for_port(port, server, "moto's S3 server")
+    except TimeoutError as exc:
+        server.kill()
+        pytest.fail(f"{exc}; see {log.name}")
     yield S3_ENDPOINT
     server.terminate()
     server.wait(timeout=30)

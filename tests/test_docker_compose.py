@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import boto3
 import pytest
 import yaml
 from namespaced_cluster import HOST_WRAPPER, kill_namespace, mount_namespace, namespaces_unsupported
+from ports import wait_for_port
 from standalone_cluster import free_port
 
 from airflow_streambatch import demo
@@ -193,7 +193,7 @@ def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(c
         procs.append(subprocess.Popen([sys.executable, *(_outside_docker(arg, ports, shared) for arg in store[1:])],
                                       env=env, start_new_session=True, stdout=open(tmp_path / "object-store.log", "w"),
                                       stderr=subprocess.STDOUT))
-        _wait_for_port(ports["9000"], procs[-1])
+        wait_for_port(ports["9000"], procs[-1], "docker-compose.yaml's object store")
         for name in ("spark-master", "spark-worker-1", "spark-worker-2"):
             shell, flag, script = services[name]["command"]
             assert (shell, flag) == ("bash", "-c")
@@ -247,18 +247,6 @@ def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(c
             except ProcessLookupError:
                 pass
         shutil.rmtree(shared, ignore_errors=True)
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise TimeoutError(f"docker-compose.yaml's object store did not listen on port {port}") from None
-            time.sleep(0.2)
 
 
 def _master_state(ui_port: int) -> dict:

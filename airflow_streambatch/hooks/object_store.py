@@ -332,8 +332,32 @@ class ObjectStoreHook(BaseHook):
         self.storage_conn_id = storage_conn_id
 
     def store_environment(self) -> StoreEnvironment:
-        conn = self.get_connection(self.storage_conn_id)
+        return self._environment_of(self.get_connection(self.storage_conn_id))
+
+    async def astore_environment(self) -> StoreEnvironment:
+        """`store_environment` for a trigger: the connection read without blocking the triggerer's event loop."""
+        return self._environment_of(await self.aget_connection(self.storage_conn_id))
+
+    def _environment_of(self, conn) -> StoreEnvironment:
         store = store_environment(self.storage_conn_id, conn.conn_type, login=conn.login, password=conn.password,
                                   host=conn.host, extra=conn.extra_dejson)
         store.mask()  # before anything logs, whatever the caller does next
         return store
+
+
+@contextlib.contextmanager
+def connection_credentials(storage_conn_id: str | None, log=None) -> Iterator[dict[str, str | None]]:
+    """``storage_conn_id``'s credentials in this process for the block (`applied`); none given: nothing changes.
+
+    For a task that touches the store from its own process only (`EpochSensor`'s listings
+    and manifest); ``log`` gets one line naming the variables set, never their values.
+    """
+    if storage_conn_id is None:
+        yield {}
+        return
+    store = ObjectStoreHook(storage_conn_id).store_environment()
+    with applied(store) as variables:
+        if log is not None:
+            log.info("Object-store credentials from connection %s: %s", store.conn_id,
+                     ", ".join(sorted(k for k, v in variables.items() if v is not None)))
+        yield variables

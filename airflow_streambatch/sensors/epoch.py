@@ -16,6 +16,7 @@ from airflow_streambatch.epochs.frontier import FrontierSpec
 from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest
 from airflow_streambatch.epochs.manifest_store import default_manifest_dir, freeze, manifest_from_xcom
 from airflow_streambatch.epochs.sensing import check_epoch
+from airflow_streambatch.hooks.object_store import connection_credentials
 from airflow_streambatch.triggers.epoch import EpochTrigger
 
 if TYPE_CHECKING:
@@ -94,6 +95,12 @@ class EpochSensor(BaseSensorOperator):
         (``_``-prefixed: no listing or reader takes it for input). If the default cannot be
         written (read-only inputs), the whole manifest goes to XCom as before, with a warning
         naming this setting; a ``manifest_dir`` given here that cannot be written fails the task.
+    :param storage_conn_id: the Airflow connection whose credentials list the input, read the marker or
+        watermark and write the manifest on an object store (``s3://``, ``gs://``, Azure), as
+        `StreamBatchOperator`'s ``storage_conn_id``: type ``aws``, ``google_cloud_platform``, ``wasb``,
+        ``adls`` or ``azure_data_lake``, or a Spark connection with a ``storage`` extra. They are set in
+        the task's process while it pokes (deferred: in the triggerer's, for each poll), never on a
+        command line, and masked in logs. None: the processes' own environment.
     """
 
     template_fields: Sequence[str] = ("input_path", "marker_path", "watermark_path", "manifest_dir")
@@ -103,7 +110,7 @@ class EpochSensor(BaseSensorOperator):
                  watermark_path: str | None = None, quiet_period: float | timedelta = 300.0,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES,
-                 manifest_dir: str | None = None, **kwargs: Any) -> None:
+                 manifest_dir: str | None = None, storage_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # the arguments stay attributes: template_fields renders them in place before execute
         self.input_path = input_path
@@ -115,6 +122,7 @@ class EpochSensor(BaseSensorOperator):
         check_positive_int(max_partition_bytes, f"EpochSensor {self.task_id}: max_partition_bytes", allow_none=True)
         self.max_partition_bytes = max_partition_bytes
         self.manifest_dir = manifest_dir
+        self.storage_conn_id = storage_conn_id
         self._state: dict | None = None
         try:
             self.frontier_spec  # noqa: B018 - checked when the DAG is parsed, not at the first poke
@@ -163,6 +171,11 @@ class EpochSensor(BaseSensorOperator):
         return pointer
 
     def execute(self, context: Context) -> Any:
+        # every poke reads the store (in reschedule mode each try is a new process, entering here again)
+        with connection_credentials(self.storage_conn_id, self.log):
+            return self._execute(context)
+
+    def _execute(self, context: Context) -> Any:
         problem = zero_length_interval_message(context, self.task_id, self.frontier)
         if problem is not None and self.frontier == "watermark":  # "at or past the end" of an instant: meaningless
             raise AirflowFailException(problem)
@@ -178,7 +191,8 @@ class EpochSensor(BaseSensorOperator):
         self.defer(
             trigger=EpochTrigger.for_spec(self.frontier_spec, interval_start=start, interval_end=end,
                                           poll_interval=_seconds(self.poke_interval), state=self._state,
-                                          manifest_dir=self.manifest_dir or default_manifest_dir(self.input_path)),
+                                          manifest_dir=self.manifest_dir or default_manifest_dir(self.input_path),
+                                          storage_conn_id=self.storage_conn_id),
             method_name="execute_complete",
             timeout=timedelta(seconds=_seconds(self.timeout)) if self.timeout else None,
         )
@@ -186,7 +200,8 @@ class EpochSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict:
         if event.get("status") != "passed":
             raise AirflowException(f"EpochSensor {self.task_id} on {self.input_path}: {event.get('message')}")
-        manifest, _ = manifest_from_xcom(event.get("manifest_pointer") or event["manifest"])
-        self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s)", manifest.interval_start,
-                      manifest.interval_end, self.frontier, len(manifest.partitions))
-        return self._publish(manifest.split(self.max_partition_bytes))
+        with connection_credentials(self.storage_conn_id, self.log):  # the trigger's manifest is on the store
+            manifest, _ = manifest_from_xcom(event.get("manifest_pointer") or event["manifest"])
+            self.log.info("Epoch %s..%s passed its %s frontier: %d input file(s)", manifest.interval_start,
+                          manifest.interval_end, self.frontier, len(manifest.partitions))
+            return self._publish(manifest.split(self.max_partition_bytes))

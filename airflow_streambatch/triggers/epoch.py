@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,6 +13,11 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_streambatch.epochs.frontier import FrontierSpec
 from airflow_streambatch.epochs.manifest_store import freeze
 from airflow_streambatch.epochs.sensing import check_epoch
+from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnvironment, applied
+
+# A triggerer runs many triggers in one process, whose environment they share: the polls of triggers with
+# a storage connection take turns, each holding its connection's variables only while it reads the store.
+_STORE_ENVIRONMENT = threading.Lock()
 
 
 class EpochTrigger(BaseTrigger):
@@ -26,12 +32,17 @@ class EpochTrigger(BaseTrigger):
     never blocks.
 
     The frontier arguments are those of `FrontierSpec` (``spec``), under the sensor's
-    keyword names; `for_spec` builds a trigger from a spec.
+    keyword names; `for_spec` builds a trigger from a spec. ``storage_conn_id``: the
+    connection whose object-store credentials the polls use (`hooks/object_store.py`),
+    read in the triggerer; only its id is serialized, never a secret. Its variables are
+    set in the triggerer's process for each poll's reads and writes, under a lock the
+    polls of every `EpochTrigger` with a connection take, and put back after.
     """
 
     def __init__(self, *, input_path: str, frontier: str, interval_start: str, interval_end: str,
                  marker_path: str | None = None, watermark_path: str | None = None, quiet_period_s: float = 300.0,
-                 poll_interval: float = 30.0, state: dict | None = None, manifest_dir: str | None = None) -> None:
+                 poll_interval: float = 30.0, state: dict | None = None, manifest_dir: str | None = None,
+                 storage_conn_id: str | None = None) -> None:
         super().__init__()
         self.spec = FrontierSpec(frontier, input_path, marker_path, watermark_path, quiet_period_s)
         self.interval_start = interval_start
@@ -39,12 +50,15 @@ class EpochTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.state = state
         self.manifest_dir = manifest_dir
+        self.storage_conn_id = storage_conn_id
 
     @classmethod
     def for_spec(cls, spec: FrontierSpec, *, interval_start: str, interval_end: str, poll_interval: float = 30.0,
-                 state: dict | None = None, manifest_dir: str | None = None) -> EpochTrigger:
+                 state: dict | None = None, manifest_dir: str | None = None,
+                 storage_conn_id: str | None = None) -> EpochTrigger:
         return cls(**spec.to_dict(), interval_start=interval_start, interval_end=interval_end,
-                   poll_interval=poll_interval, state=state, manifest_dir=manifest_dir)
+                   poll_interval=poll_interval, state=state, manifest_dir=manifest_dir,
+                   storage_conn_id=storage_conn_id)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -52,23 +66,29 @@ class EpochTrigger(BaseTrigger):
             {
                 **self.spec.to_dict(), "interval_start": self.interval_start, "interval_end": self.interval_end,
                 "poll_interval": self.poll_interval, "state": self.state, "manifest_dir": self.manifest_dir,
+                "storage_conn_id": self.storage_conn_id,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         frontier = self.spec.build()
         state = self.state
+        store = None
         while True:
             try:
-                manifest, state = await asyncio.to_thread(check_epoch, frontier, self.spec.input_path,
-                                                          self.interval_start, self.interval_end, state, time.time())
+                if self.storage_conn_id is not None and store is None:
+                    store = await ObjectStoreHook(self.storage_conn_id).astore_environment()
+                manifest, state = await asyncio.to_thread(_with_store, store, check_epoch, frontier,
+                                                          self.spec.input_path, self.interval_start,
+                                                          self.interval_end, state, time.time())
             except Exception as exc:  # reported to the sensor, which fails with it
                 yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
                 return
             if manifest is not None:
                 self.log.info("Epoch %s..%s passed its %s frontier with %d input file(s)", self.interval_start,
                               self.interval_end, self.spec.kind, len(manifest.partitions))
-                yield TriggerEvent({"status": "passed", **await asyncio.to_thread(self._frozen, manifest)})
+                yield TriggerEvent({"status": "passed", **await asyncio.to_thread(_with_store, store, self._frozen,
+                                                                                  manifest)})
                 return
             await asyncio.sleep(self.poll_interval)
 
@@ -82,3 +102,11 @@ class EpochTrigger(BaseTrigger):
                 self.log.warning("cannot write the epoch manifest under %s (%s); the event carries it whole",
                                  self.manifest_dir, exc)
         return {"manifest": manifest.to_dict()}
+
+
+def _with_store(store: StoreEnvironment | None, fn, *args):
+    """``fn(*args)`` in a worker thread, with ``store``'s variables set in the process meanwhile (none: as is)."""
+    if store is None:
+        return fn(*args)
+    with _STORE_ENVIRONMENT, applied(store):
+        return fn(*args)

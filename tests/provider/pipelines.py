@@ -4,10 +4,13 @@ Input partition ``i`` holds ids ``100*i .. 100*i + 99``; each map task appends t
 partitions it saw to a log under ``runs_dir``, so a test can tell which partitions ran.
 A partition listed in ``fail_partitions`` raises while ``fail_flag`` exists; the
 partition ``kill_driver_on`` SIGKILLs the driver (the Airflow task process) once.
+`record_environment` records the AWS keys the driver and each Python worker held.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import time
@@ -65,6 +68,36 @@ def partitions_run(runs_dir: str, by_driver: bool = False):
     if by_driver:
         return {pid: sorted(parts) for pid, parts in seen.items()}
     return sorted(p for parts in seen.values() for p in parts)
+
+
+def record_environment(ds, epoch, *, report_dir: str):
+    """A pipeline that records what the driver and each Python worker see of the AWS environment
+    (`environment_reports`), and scores as `score` does."""
+    os.makedirs(report_dir, exist_ok=True)
+    _report_environment(report_dir, "driver")
+    return ds.map_batches(partial(_score_and_report, report_dir=report_dir), batch_format="pyarrow")
+
+
+def _score_and_report(batch: pa.Table, report_dir: str) -> pa.Table:
+    _report_environment(report_dir, "worker")
+    return batch.append_column("score", pc.multiply(batch["id"], 2))
+
+
+def _report_environment(report_dir: str, where: str) -> None:
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    entry = {"where": where, "pid": os.getpid(), "key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
+             "secret_sha256": hashlib.sha256(secret.encode()).hexdigest()}
+    with open(os.path.join(report_dir, f"{where}-{os.getpid()}-{uuid.uuid4().hex}.json"), "w") as f:
+        json.dump(entry, f)
+
+
+def environment_reports(report_dir) -> list[dict]:
+    """What `record_environment` recorded: {where: driver or worker, pid, key_id, secret_sha256} each."""
+    reports = []
+    for name in sorted(os.listdir(report_dir)):
+        with open(os.path.join(report_dir, name), encoding="utf-8") as f:
+            reports.append(json.load(f))
+    return reports
 
 
 def not_a_dataset(ds, epoch):

@@ -12,11 +12,10 @@ import logging
 import os
 import subprocess
 import sys
-import threading
-import time
 import urllib.request
 from datetime import datetime, timezone
 
+from argv_watcher import ArgvWatcher
 from pipelines import write_inputs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,35 +48,6 @@ def record_conf(ds, epoch, *, report: str):
     return ds
 
 
-class _ArgvWatcher(threading.Thread):
-    """Reads /proc/*/cmdline of every Spark process while a test runs, as `ps` would."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.seen: dict[int, bytes] = {}
-        self.properties_files: dict[str, int] = {}  # path -> mode, while it exists
-        self.stop = threading.Event()
-
-    def run(self):
-        while not self.stop.is_set():
-            for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read()
-                except OSError:
-                    continue
-                if b"org.apache.spark" in argv or b"spark-submit" in argv:
-                    self.seen[int(pid)] = argv
-                    args = argv.split(b"\0")
-                    if b"--properties-file" in args:
-                        path = args[args.index(b"--properties-file") + 1].decode()
-                        try:
-                            self.properties_files[path] = os.stat(path).st_mode & 0o777
-                        except OSError:
-                            pass
-            time.sleep(0.02)
-
-
 def _assert_redacted_everywhere(report: dict):
     assert report["s3"] == S3_KEY and report["azure"] == AZ_KEY  # the properties did reach the driver
     assert S3_KEY not in report["ui_environment"] and AZ_KEY not in report["ui_environment"]
@@ -98,19 +68,11 @@ def test_spark_submit_keeps_secrets_off_command_lines_logs_and_the_spark_ui(monk
     manifest = EpochManifest("2026-11-22T10:00:00+00:00", end, list_inputs(str(tmp_path / "in")))
     spec = spec_for(manifest, "test_connection_secrets:record_conf", output_path=str(tmp_path / "out"),
                     pipeline_kwargs={"report": str(tmp_path / "report.json")})
-    watcher = _ArgvWatcher()
-    watcher.start()
-    try:
-        with caplog.at_level(logging.DEBUG):
-            StreamBatchHook("sb_secrets").submit_epoch(spec, python_path=[HERE])
-    finally:
-        watcher.stop.set()
-        watcher.join()
-    submit_jvms = [argv for argv in watcher.seen.values() if b"org.apache.spark.deploy.SparkSubmit" in argv]
-    assert submit_jvms, "never saw the spark-submit JVM"
-    assert not [argv for argv in watcher.seen.values() if any(s in argv for s in SECRETS)]
-    assert watcher.properties_files and set(watcher.properties_files.values()) == {0o600}
-    assert not any(os.path.exists(path) for path in watcher.properties_files)  # deleted after the run
+    with ArgvWatcher(SECRETS) as watcher, caplog.at_level(logging.DEBUG):
+        StreamBatchHook("sb_secrets").submit_epoch(spec, python_path=[HERE])
+    assert watcher.spark_submit_jvms, "never saw the spark-submit JVM"
+    assert not watcher.leaked
+    watcher.private_properties_text()  # 0600 while it existed, deleted after the run
     logged = caplog.text + "".join(capfd.readouterr())
     assert "Spark-Submit cmd" in logged and S3_KEY not in logged and AZ_KEY not in logged
     assert S3_KEY not in redact(f"key={S3_KEY}") and AZ_KEY not in redact(f"key={AZ_KEY}")  # masked in task logs

@@ -61,15 +61,21 @@ sb_epoch_s3_delta = epoch_dag("sb_epoch_s3_delta", on_store=True, output_format=
 sb_epoch_spark_submit = epoch_dag("sb_epoch_spark_submit", deploy_mode="spark_submit", conn_id="spark_local")
 
 
-def store_credentials_dag(dag_id: str, **operator_kwargs) -> DAG:
+def store_credentials_dag(dag_id: str, *, sensor: dict | None = None, **operator_kwargs) -> DAG:
     """An epoch read from and written to ``params.store`` (an ``s3://`` bucket) with the credentials of the
-    ``sb_s3`` connection (`test_object_store_credentials.py`); no sensor: the operator lists its input."""
+    ``sb_s3`` connection (`test_object_store_epochs.py`). Without ``sensor`` the operator lists its input;
+    with it (the sensor's own keyword arguments) an `EpochSensor` with the same connection freezes it."""
     with DAG(dag_id, schedule=None, start_date=pendulum.datetime(2026, 11, 1, tz="UTC"), catchup=False,
              params={"store": Param("s3://streambatch-tests", type="string"),
                      "root": Param("/tmp/streambatch-test-data", type="string")},
              render_template_as_native_obj=True, tags=["streambatch-tests"]) as dag:
-        StreamBatchOperator(task_id="score", pipeline="test_object_store_credentials:record_environment",
-                            input_path="{{ params.store }}/in/{{ ds }}", output_path="{{ params.store }}/out/{{ ds }}",
+        epoch_input: dict = {"input_path": "{{ params.store }}/in/{{ ds }}"}
+        if sensor is not None:
+            wait = EpochSensor(task_id="wait_for_epoch", input_path="{{ params.store }}/in/{{ ds }}",
+                               storage_conn_id="sb_s3", poke_interval=1, timeout=60, **sensor)
+            epoch_input = {"manifest": wait.output}
+        StreamBatchOperator(task_id="score", pipeline="pipelines:record_environment", **epoch_input,
+                            output_path="{{ params.store }}/out/{{ ds }}",
                             pipeline_kwargs={"report_dir": "{{ params.root }}/env"},
                             data_context={"progress_interval_s": 0}, storage_conn_id="sb_s3", **operator_kwargs)
     return dag
@@ -78,3 +84,5 @@ def store_credentials_dag(dag_id: str, **operator_kwargs) -> DAG:
 sb_store_in_process = store_credentials_dag("sb_store_in_process")
 sb_store_spark_submit = store_credentials_dag("sb_store_spark_submit", deploy_mode="spark_submit",
                                               streambatch_conn_id="spark_local")
+sb_store_sensed = store_credentials_dag("sb_store_sensed", sensor={})
+sb_store_sensed_deferrable = store_credentials_dag("sb_store_sensed_deferrable", sensor={"deferrable": True})
