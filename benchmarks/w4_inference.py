@@ -1,34 +1,61 @@
 """W4: real batch inference. Parquet text -> clean (CPU) -> all-MiniLM-L6-v2 embeddings -> parquet.
 
-The same model (the packaged weights of the example DAG, ``dags/text_pipelines.py``),
-the same input files, the same cleaning function and the same number of model copies
-(one per core, one torch thread each) for every system, in one run:
+Every system gets the same input files, the same ``clean`` function, the same model
+(the packaged weights of the example DAG, ``dags/text_pipelines.py``), the same number
+of model copies (one per core, one torch thread each) and encodes 64 rows at a time,
+in input order. Each runs as its user would write it, with that system's defaults:
 
-* ours: the streaming batch engine (clean and embed as separate operators);
+* plain-model limit: the model called directly, one plain Python process per copy
+  (``multiprocessing`` spawn), each taking an even share of the rows: what the
+  model costs on this machine with nothing around it, the 1.00x of the table;
+* ours: ``read_parquet -> map_batches(clean) -> map_batches(MiniLMEmbedder,
+  concurrency=copies) -> write_parquet`` on a default ``DataContext`` (no block
+  counts, resources or batch sizes beyond the model's 64);
+* daft: Daft's native runner, the model in a ``@daft.cls(max_concurrency=copies)``
+  class (skipped with a note if ``daft`` is not installed);
 * predict-batch-udf: Spark's ``pyspark.ml.functions.predict_batch_udf`` after a
   ``mapInArrow`` clean, the way Spark's docs batch a model;
 * map-in-pandas: one ``mapInPandas`` that cleans and embeds with a per-worker model;
 * ray-data: Ray Data ``map_batches`` with an actor pool (skipped with a note if
-  ``ray[data]`` is not installed: ``pip install 'ray[data]'``).
+  ``ray[data]`` is not installed).
 
-Reports rows/s and the peak resident memory of every process involved (this driver,
-Spark's JVM and Python workers, or Ray's processes), sampled every 100 ms.
+Two text sets of real English (`benchmarks/sentences.py`): short sentences and long
+paragraphs from the standard library's docstrings, so batches vary in length as
+real text does.
+
+What the timed region holds, for fairness: a user waits for the model to load, so
+every system loads its models inside it (fresh processes: the limit's and Daft's
+processes are new, Spark gets a new session whose Python workers have not imported
+torch, Ray a new ``ray.init``). Starting the Spark session (and its Python workers)
+or Ray stays outside, as a long-lived application pays it once; Daft is timed from
+after ``import daft`` in a fresh process. Spark sessions use Spark's defaults
+(``local[copies]``, 1 GiB driver memory) plus the engine's ``SPARK_DEFAULTS``.
+
+Memory: the peak summed RSS of this process and every descendant (Spark's JVM and
+Python workers, the limit's and Daft's processes, Ray's), sampled every 100 ms; for
+ours plus the engine's peak of buffered blocks, which live in tmpfs where no RSS
+shows them. Systems without a JVM (the limit, Daft, Ray) run before the first Spark
+session starts, so their figures hold no JVM; every figure holds this process.
+Output is checked after the clock stops: one row per input id, with a 384-float
+embedding.
 
     python -m benchmarks.w4_inference [--quick]      # needs the [embed] extra (torch CPU build)
 """
 
 from __future__ import annotations
 
-import glob
+import functools
+import importlib.util
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 
-from benchmarks.common import MiB, PeakMemory, engine_context, markdown_table, parse_args, save, spark_session
+from benchmarks.common import MiB, PeakMemory, check, markdown_table, parse_args, save, spark_session, subplots
+from benchmarks.sentences import write_text_set
 
 _dags = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags")
 sys.path.insert(0, _dags)
@@ -41,20 +68,137 @@ import text_pipelines  # noqa: E402  (the example DAG's pipeline module, from da
 @dataclass
 class W4:
     files: int = 8
-    rows_per_file: int = 1000
+    short_rows: int | None = None  # None: the whole set
+    long_rows: int | None = None
     copies: int = 2  # model copies = cores here
     batch_size: int = 64
+    skip: tuple[tuple[str, str], ...] = ()  # (text set, system) pairs left out of this size
 
 
-QUICK = W4(files=2, rows_per_file=100)
+# CI's smoke run: every system on a few short sentences, the Spark baselines not on the long set
+QUICK = W4(files=2, short_rows=200, long_rows=64, skip=(("long", "predict-batch-udf"), ("long", "map-in-pandas")))
+SETS = ("short", "long")
+LIMIT = "plain-model limit"
+SPARK = ("ours", "predict-batch-udf", "map-in-pandas")
+SYSTEMS = (LIMIT, "daft", *SPARK, "ray-data")
+RUN_ORDER = (LIMIT, "daft", "ray-data", *SPARK)  # without a JVM first, so that their memory holds none
+_MISSING = {"daft": "daft is not installed: pip install daft", "ray-data": "ray[data] is not installed"}
+
+
+def embed_in_batches(model, table, batch_size: int):
+    """``model`` (a MiniLMEmbedder) over ``table`` ``batch_size`` rows at a time, in order."""
+    import pyarrow as pa
+
+    parts = [model(table.slice(i, batch_size)) for i in range(0, table.num_rows, batch_size)]
+    return pa.concat_tables(parts) if parts else model(table)
+
+
+# -- the plain-model limit -------------------------------------------------------------------
+def _limit_share(args) -> int:
+    """One process's share: load the model, read rows [start, stop), clean, embed, write one file."""
+    src, start, stop, out, batch_size = args
+    import pyarrow.parquet as pq
+
+    model = text_pipelines.MiniLMEmbedder(device="cpu")  # sets torch to one thread
+    table = text_pipelines.clean(pq.read_table(src).slice(start, stop - start))
+    pq.write_table(embed_in_batches(model, table, batch_size), os.path.join(out, f"part-{start:08d}.parquet"))
+    return table.num_rows
+
+
+def run_limit(cfg: W4, src: str, out: str, rows: int) -> None:
+    os.makedirs(out)
+    bounds = [rows * i // cfg.copies for i in range(cfg.copies + 1)]
+    shares = [(src, bounds[i], bounds[i + 1], out, cfg.batch_size) for i in range(cfg.copies)]
+    with multiprocessing.get_context("spawn").Pool(cfg.copies) as pool:
+        pool.map(_limit_share, shares, chunksize=1)
+
+
+# -- Daft, in a fresh process ------------------------------------------------------------------
+def _daft_child(cfg: W4, src: str, out: str, conn) -> None:
+    """Import Daft, then time the pipeline alone (as Spark's session start is outside the clock)."""
+    import daft
+    import pyarrow as pa
+    from daft import DataType, col
+
+    @daft.func.batch(return_dtype=DataType.string())
+    def clean_text(text):
+        """`text_pipelines.clean` on one column: None where clean drops the row (filtered below)."""
+        kept = text_pipelines.clean(pa.table({"id": pa.array(range(len(text)), pa.int64()), "text": text.to_arrow()}))
+        cleaned = [None] * len(text)
+        for i, value in zip(kept.column("id").to_pylist(), kept.column("text").to_pylist()):
+            cleaned[i] = value
+        return pa.array(cleaned, pa.string())
+
+    @daft.cls(max_concurrency=cfg.copies)
+    class Embedder:
+        def __init__(self):
+            self.model = text_pipelines.MiniLMEmbedder(device="cpu")
+
+        @daft.method.batch(return_dtype=DataType.fixed_size_list(DataType.float32(), text_pipelines.MINILM_DIM),
+                           batch_size=cfg.batch_size)
+        def __call__(self, text):
+            return self.model(pa.table({"text": text.to_arrow()})).column("embedding").combine_chunks()
+
+    start = time.perf_counter()
+    df = daft.read_parquet(os.path.join(src, "*.parquet")).with_column("text", clean_text(col("text")))
+    df.where(col("text").not_null()).with_column("embedding", Embedder()(col("text"))).write_parquet(out)
+    conn.send(time.perf_counter() - start)
+
+
+def run_daft(cfg: W4, src: str, out: str) -> float:
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_daft_child, args=(cfg, src, out, send))
+    child.start()
+    wall = receive.recv() if receive.poll(3600) else None
+    child.join()
+    if child.exitcode != 0 or wall is None:
+        raise RuntimeError(f"the Daft process failed (exit code {child.exitcode})")
+    return wall
+
+
+# -- ours and the Spark baselines (a fresh session each) --------------------------------------------
+def fresh_spark(cfg: W4, sql: bool):
+    """A new local session whose Python workers are started but have imported no model library.
+
+    Spark starts one Python worker daemon for RDD jobs (the engine's) and another for SQL's
+    Arrow UDFs (``mapInPandas``, ``predict_batch_udf``): a job of the kind the system runs
+    starts its daemon and workers outside the clock (seen: 12 s for the first ``mapInPandas``
+    on a busy machine), and only that kind, so no idle workers of the other count in memory."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()  # its Python workers exit with it, and their imports and models with them
+    spark = spark_session(cfg.copies, driver_memory="1g")  # Spark's default driver memory
+    if sql:
+        spark.range(cfg.copies, numPartitions=cfg.copies).mapInArrow(_same, "id long").collect()
+    else:
+        spark.sparkContext.parallelize(range(cfg.copies), cfg.copies).foreach(_nothing)
+    return spark
+
+
+def _nothing(_) -> None:
+    pass
+
+
+def _same(batches):
+    yield from batches
+
+
+def run_ours(cfg: W4, src: str, out: str):
+    """The engine as a user runs it: a default DataContext, the pipeline of the example DAG. Returns the dataset."""
+    import airflow_streambatch.engine as sb
+
+    with sb.DataContext().scoped():
+        ds = (sb.read_parquet(src).map_batches(text_pipelines.clean, batch_format="pyarrow")
+              .map_batches(text_pipelines.MiniLMEmbedder, batch_size=cfg.batch_size, concurrency=cfg.copies,
+                           batch_format="pyarrow"))
+        ds.write_parquet(out)
+    return ds
 
 
 _EMBEDDER = None
-
-
-def _import_model_libraries(_):
-    import sentence_transformers  # noqa: F401
-    import torch  # noqa: F401
 
 
 def _embedder():
@@ -63,17 +207,6 @@ def _embedder():
     if _EMBEDDER is None:
         _EMBEDDER = text_pipelines.MiniLMEmbedder(device="cpu")
     return _EMBEDDER
-
-
-def run_ours(cfg: W4, src: str, out: str) -> int:
-    import airflow_streambatch.engine as sb
-
-    engine_context(resources={"CPU": cfg.copies})
-    ds = (sb.read_parquet(src, override_num_blocks=cfg.files).map_batches(text_pipelines.clean, batch_size=1024,
-                                                                          batch_format="pyarrow")
-          .map_batches(text_pipelines.MiniLMEmbedder, batch_size=cfg.batch_size, num_cpus=1, concurrency=cfg.copies,
-                       batch_format="pyarrow"))
-    return ds.write_parquet(out).rows
 
 
 def _clean_arrow(batches):
@@ -93,116 +226,163 @@ def _make_predict_fn():
     return predict
 
 
-def run_predict_batch_udf(spark, cfg: W4, src: str, out: str) -> int:
+def run_predict_batch_udf(spark, cfg: W4, src: str, out: str) -> None:
     from pyspark.ml.functions import predict_batch_udf
     from pyspark.sql.types import ArrayType, FloatType
 
     embed = predict_batch_udf(_make_predict_fn, return_type=ArrayType(FloatType()), batch_size=cfg.batch_size)
     df = spark.read.parquet(src).mapInArrow(_clean_arrow, "id long, text string")
-    df.withColumn("embedding", embed("text")).write.mode("overwrite").parquet(out)
-    return spark.read.parquet(out).count()
+    df.withColumn("embedding", embed("text")).write.parquet(out)
 
 
-def _embed_pandas(frames):
+def _embed_pandas(frames, batch_size: int):
     import pyarrow as pa
 
-    for frame in frames:
-        table = _embedder()(text_pipelines.clean(pa.Table.from_pandas(frame, preserve_index=False)))
-        yield table.to_pandas()
+    for frame in frames:  # Arrow batches of up to 10,000 rows (Spark's default): the model takes batch_size at a time
+        table = text_pipelines.clean(pa.Table.from_pandas(frame, preserve_index=False))
+        yield embed_in_batches(_embedder(), table, batch_size).to_pandas()
 
 
-def run_map_in_pandas(spark, cfg: W4, src: str, out: str) -> int:
-    df = spark.read.parquet(src).mapInPandas(_embed_pandas, "id long, text string, embedding array<float>")
-    df.write.mode("overwrite").parquet(out)
-    return spark.read.parquet(out).count()
+def run_map_in_pandas(spark, cfg: W4, src: str, out: str) -> None:
+    embed = functools.partial(_embed_pandas, batch_size=cfg.batch_size)
+    spark.read.parquet(src).mapInPandas(embed, "id long, text string, embedding array<float>").write.parquet(out)
 
 
-def start_ray(cfg: W4) -> bool:
-    """Start a local Ray (outside the timed region, as Spark's session is); False if not installed."""
-    try:
-        import ray
-    except ImportError:
-        return False
+# -- Ray Data ----------------------------------------------------------------------------------------
+def start_ray(cfg: W4) -> None:
+    """A new local Ray, started outside the clock as Spark's session is."""
+    import ray
+
     # one logical CPU more than model copies: with exactly `copies`, the actors take every CPU and
     # Ray Data's read and write tasks wait forever for one (seen: a deadlock at 0 rows)
     ray.init(num_cpus=cfg.copies + 1, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "HF_HUB_OFFLINE": "1"}})
-    return True
 
 
-def run_ray(cfg: W4, src: str, out: str) -> int:
+def run_ray(cfg: W4, src: str, out: str) -> None:
     import ray
 
-    ds = (ray.data.read_parquet(src).map_batches(text_pipelines.clean, batch_format="pyarrow", batch_size=1024)
-          .map_batches(text_pipelines.MiniLMEmbedder, batch_format="pyarrow", batch_size=cfg.batch_size,
-                       concurrency=cfg.copies, num_cpus=1))
-    ds.write_parquet(out)
-    return ray.data.read_parquet(out).count()
+    # num_cpus=1 per model copy, as the earlier W4 ran it (not rerun since: Ray was not installed here)
+    (ray.data.read_parquet(src).map_batches(text_pipelines.clean, batch_format="pyarrow")
+     .map_batches(text_pipelines.MiniLMEmbedder, batch_format="pyarrow", batch_size=cfg.batch_size,
+                  concurrency=cfg.copies, num_cpus=1).write_parquet(out))
 
 
-def main() -> None:
-    from airflow_streambatch.demo import generate
+# -- one measurement ----------------------------------------------------------------------------------
+def check_output(out: str, ids: int) -> None:
+    """Every input id exactly once, each with a 384-float embedding (files named ``_*``/``.*`` are not data)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    args = parse_args(__doc__)
-    cfg = QUICK if args.quick else W4()
-    work = tempfile.mkdtemp(prefix="streambatch-w4-")
-    src = generate(work, datetime(2026, 11, 22, 10, tzinfo=timezone.utc), cfg.files, cfg.rows_per_file)
-    total = cfg.files * cfg.rows_per_file
-    spark = spark_session(cfg.copies)
-    spark.conf.set("spark.sql.files.maxPartitionBytes", str(max(1, os.path.getsize(glob.glob(f"{src}/*")[0]))))
-    systems = [
-        ("ours", lambda out: run_ours(cfg, src, out)),
-        ("predict-batch-udf", lambda out: run_predict_batch_udf(spark, cfg, src, out)),
-        ("map-in-pandas", lambda out: run_map_in_pandas(spark, cfg, src, out)),
-        ("ray-data", lambda out: run_ray(cfg, src, out)),
-    ]
-    # start Spark's Python workers and import torch in them once; each system then loads its own models
-    spark.sparkContext.parallelize(range(cfg.copies), cfg.copies).foreach(_import_model_libraries)
-    results = {}
-    for name, fn in systems:
-        if name == "ray-data" and not start_ray(cfg):
-            print(f"{name}: skipped (ray[data] is not installed: pip install 'ray[data]')")
-            results[name] = None
-            continue
-        out = os.path.join(work, f"out-{name}")
-        with PeakMemory() as rss:
-            start = time.perf_counter()
-            rows = fn(out)
-            wall = time.perf_counter() - start
-        assert rows == total, f"{name} wrote {rows} rows, expected {total}"
-        results[name] = {"time_s": wall, "rows_per_s": total / wall, "peak_rss_mib": rss.peak / MiB,
-                         "peak_processes": rss.peak_processes}
-        print(f"{name}: {total / wall:.1f} rows/s, peak RSS {rss.peak / MiB:.0f} MiB in up to "
-              f"{rss.peak_processes} processes", flush=True)
-    if results.get("ray-data"):
+    table = pq.read_table(out, columns=["id", "embedding"])
+    unique = len(pc.unique(table.column("id")))
+    check(table.num_rows == ids and unique == ids, f"{out}: {table.num_rows} rows, {unique} ids, expected {ids}")
+    lengths = pc.list_value_length(table.column("embedding"))
+    check(pc.min(lengths).as_py() == pc.max(lengths).as_py() == text_pipelines.MINILM_DIM,
+          f"{out}: embeddings of {pc.min(lengths)}-{pc.max(lengths)} floats, expected {text_pipelines.MINILM_DIM}")
+
+
+def measure(name: str, cfg: W4, src: str, out: str, rows: int) -> dict:
+    spark = fresh_spark(cfg, sql=name != "ours") if name in SPARK else None
+    if name == "ray-data":
+        start_ray(cfg)
+    extra: dict = {}
+    with PeakMemory() as rss:
+        start = time.perf_counter()
+        own_clock = None  # Daft times itself, in its process, from after its import
+        if name == LIMIT:
+            run_limit(cfg, src, out, rows)
+        elif name == "daft":
+            own_clock = run_daft(cfg, src, out)
+        elif name == "ours":
+            stats = run_ours(cfg, src, out).last_run_stats
+            extra = {"blocks_peak_mib": stats.peak_memory_bytes / MiB, "spark_jobs": len(stats.launch_log),
+                     "stats": stats.summary()}
+        elif name == "predict-batch-udf":
+            run_predict_batch_udf(spark, cfg, src, out)
+        elif name == "map-in-pandas":
+            run_map_in_pandas(spark, cfg, src, out)
+        else:
+            run_ray(cfg, src, out)
+        wall = own_clock or time.perf_counter() - start
+    if name == "ray-data":
         import ray
 
         ray.shutdown()
+    check_output(out, rows)
+    peak = rss.peak / MiB + extra.get("blocks_peak_mib", 0)
+    print(f"{name}: {wall:.1f} s, {rows / wall:.1f} rows/s, peak {peak:.0f} MiB in up to {rss.peak_processes} "
+          f"processes", flush=True)
+    if "stats" in extra:
+        print(extra["stats"], flush=True)
+    return {"time_s": wall, "rows_per_s": rows / wall, "peak_rss_mib": peak, "peak_processes": rss.peak_processes,
+            **extra}
+
+
+def _why_not(kind: str, name: str, cfg: W4) -> str | None:
+    if (kind, name) in cfg.skip:
+        return "skipped in --quick (a smoke run: Spark's baselines run on the short set)"
+    module = {"daft": "daft", "ray-data": "ray"}.get(name)
+    if module and importlib.util.find_spec(module) is None:
+        return f"skipped ({_MISSING[name]})"
+    return None
+
+
+# -- report -------------------------------------------------------------------------------------------
+def report(cfg: W4, sizes: dict, results: dict) -> tuple[str, object]:
+    rows = []
+    for kind in SETS:
+        limit, ours = results[kind][LIMIT]["time_s"], results[kind]["ours"]["time_s"]
+        for name in SYSTEMS:
+            r = results[kind][name]
+            if isinstance(r, str):
+                rows.append([kind, name, r, "", "", "", "", ""])
+                continue
+            rows.append([kind, name, f"{r['time_s']:.1f}", f"{r['rows_per_s']:.1f}", f"{r['time_s'] / limit:.2f}x",
+                         f"{r['time_s'] / ours:.2f}x", f"{r['peak_rss_mib']:.0f}", str(r["peak_processes"])])
+    described = ", ".join(f"{sizes[k]} {'sentences' if k == 'short' else 'paragraphs'} ({k})" for k in SETS)
+    table = (f"W4: {described} in {cfg.files} files each, all-MiniLM-L6-v2 on CPU, {cfg.copies} model copies "
+             f"x 1 thread, batches of {cfg.batch_size}\n\n"
+             + markdown_table(["text set", "system", "wall s", "rows/s", "time / limit", "time / ours",
+                               "peak RSS MiB (all processes)", "processes"], rows))
+    shown = [n for n in SYSTEMS if any(not isinstance(results[k][n], str) for k in SETS)]
+    fig, ax = subplots(1, (10, 4))
+    width = 0.8 / len(shown)
+    for i, name in enumerate(shown):
+        measured = [(j, results[kind][name]["time_s"] / results[kind][LIMIT]["time_s"]) for j, kind in enumerate(SETS)
+                    if not isinstance(results[kind][name], str)]
+        bars = ax.bar([j + (i - (len(shown) - 1) / 2) * width for j, _ in measured], [r for _, r in measured], width,
+                      color=f"C{i}", label=name)
+        ax.bar_label(bars, [f"{r:.2f}" for _, r in measured], fontsize=7)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(SETS)), [f"{k}: {sizes[k]} rows" for k in SETS])
+    ax.set_ylabel("wall time / plain-model limit")
+    ax.legend(fontsize=8, ncol=len(shown), loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    fig.suptitle("W4: batch embedding, time against the plain-model limit (lower is better)")
+    return table, fig
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    cfg = QUICK if args.quick else W4()
+    work = tempfile.mkdtemp(prefix="streambatch-w4-")
+    srcs = {kind: os.path.join(work, kind) for kind in SETS}
+    sizes = {kind: write_text_set(kind, srcs[kind], cfg.files, cfg.short_rows if kind == "short" else cfg.long_rows)
+             for kind in SETS}
+    results: dict = {kind: {} for kind in SETS}
+    for name in RUN_ORDER:
+        for kind in SETS:
+            why = _why_not(kind, name, cfg)
+            if why:
+                results[kind][name] = why
+                print(f"{kind} {name}: {why}", flush=True)
+                continue
+            print(f"== {kind} ({sizes[kind]} rows): {name}", flush=True)
+            results[kind][name] = measure(name, cfg, srcs[kind], os.path.join(work, f"out-{kind}-{name}"), sizes[kind])
     shutil.rmtree(work, ignore_errors=True)
-
-    base = results["predict-batch-udf"]["rows_per_s"]
-    rows = [[name, "skipped (ray[data] not installed)", "", "", "", ""] if r is None else
-            [name, f"{r['rows_per_s']:.1f}", f"{r['rows_per_s'] / base:.2f}x", f"{r['time_s']:.1f}",
-             f"{r['peak_rss_mib']:.0f}", str(r["peak_processes"])] for name, r in results.items()]
-    table = (f"W4: {total} sentences, all-MiniLM-L6-v2 on CPU, {cfg.copies} model copies x 1 thread\n\n"
-             + markdown_table(["system", "rows/s", "vs predict_batch_udf", "time s", "peak RSS MiB (all processes)",
-                               "processes"], rows))
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    measured = {k: v for k, v in results.items() if v}
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
-    ax1.bar(list(measured), [v["rows_per_s"] for v in measured.values()], color="#4c72b0")
-    ax1.set_ylabel("rows/s")
-    ax2.bar(list(measured), [v["peak_rss_mib"] for v in measured.values()], color="#dd8452")
-    ax2.set_ylabel("peak RSS, MiB")
-    for ax in (ax1, ax2):
-        ax.tick_params(axis="x", rotation=20)
-    fig.suptitle(f"W4: batch embedding of {total} sentences")
-    save(args.out, "w4_inference" + ("_quick" if args.quick else ""), {"config": asdict(cfg), "results": results},
-         table, fig)
+    table, fig = report(cfg, sizes, results)
+    save(args.out, "w4_inference" + ("_quick" if args.quick else ""),
+         {"config": asdict(cfg), "rows": sizes, "results": results}, table, fig)
 
 
 if __name__ == "__main__":
