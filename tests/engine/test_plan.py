@@ -55,6 +55,18 @@ def test_partition_count_is_two_per_slot_and_at_most_the_target_each():
     assert partition_count(10, 100, 8, 7, 128 * MiB) == 7  # user override
 
 
+def test_group_fragments_of_nearly_equal_files_are_even():
+    frags = [Fragment(f"f{i}", 1000 + (-3 if i % 2 else 2)) for i in range(8)]
+    assert [len(g) for g in group_fragments(frags, 4)] == [2, 2, 2, 2]
+    assert [len(g) for g in group_fragments(frags, 3)] == [3, 2, 3]
+
+
+def test_group_fragments_never_leaves_a_group_empty():
+    frags = [Fragment("huge", 1000)] + [Fragment(f"f{i}", 1) for i in range(3)]
+    assert [len(g) for g in group_fragments(frags, 4)] == [1, 1, 1, 1]
+    assert [len(g) for g in group_fragments([Fragment(f"e{i}", 0) for i in range(4)], 2)] == [2, 2]
+
+
 def test_group_fragments_balances_bytes_and_keeps_order():
     frags = [Fragment(f"f{i}", size) for i, size in enumerate([10, 10, 10, 10, 40, 40])]
     groups = group_fragments(frags, 3)

@@ -171,19 +171,21 @@ def partition_count(total_bytes: int, pieces: int, slots: int, override: int | N
 
 
 def group_fragments(fragments: list[Fragment], count: int) -> list[list[Fragment]]:
-    """Split fragments into ``count`` contiguous groups of about equal bytes."""
-    total = sum(f.size for f in fragments)
-    per_group = total / count
+    """Split fragments into ``count`` contiguous groups of about equal bytes: each goes to
+    the group its middle byte falls in. (Cutting where the bytes so far reached a group's
+    share put 3, 2, 2 and 1 of 8 files of nearly equal size into 4 groups: W4's reads.)"""
+    sizes = [f.size for f in fragments] if any(f.size for f in fragments) else [1] * len(fragments)
+    per_group = sum(sizes) / count
     groups: list[list[Fragment]] = [[]]
     acc = 0.0
-    for i, frag in enumerate(fragments):
+    for i, (frag, size) in enumerate(zip(fragments, sizes)):
         remaining_frags = len(fragments) - i
         remaining_groups = count - len(groups)
-        filled = acc >= per_group * len(groups) or remaining_frags <= remaining_groups
-        if groups[-1] and len(groups) < count and filled:
+        middle_in = (acc + size / 2) / per_group  # which group's share its middle byte lies in
+        if groups[-1] and len(groups) < count and (middle_in >= len(groups) or remaining_frags <= remaining_groups):
             groups.append([])
         groups[-1].append(frag)
-        acc += frag.size
+        acc += size
     return groups
 
 
