@@ -56,9 +56,8 @@ def test_partition_count_is_two_per_slot_and_at_most_the_target_each():
 
 
 def test_group_fragments_of_nearly_equal_files_are_even():
-    frags = [Fragment(f"f{i}", 1000 + (-3 if i % 2 else 2)) for i in range(8)]
+    frags = [Fragment(f"f{i}", size) for i, size in enumerate([990] + [1000] * 6 + [1010])]
     assert [len(g) for g in group_fragments(frags, 4)] == [2, 2, 2, 2]
-    assert [len(g) for g in group_fragments(frags, 3)] == [3, 2, 3]
 
 
 def test_group_fragments_never_leaves_a_group_empty():
