@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,19 +18,14 @@ import urllib.error
 import urllib.request
 
 import psutil
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ports import free_port
 
 
 class Standalone:
     """`airflow standalone` in a process group of its own, stopped with everything it started."""
 
     def __init__(self, home: str):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api/v2"
         bin_dir = os.path.dirname(sys.executable)  # standalone starts `airflow scheduler` etc. from PATH
         env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",

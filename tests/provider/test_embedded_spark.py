@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
+from ports import free_port
 
 FRESH = """
 import json, sys
@@ -41,14 +41,8 @@ print("REPORT " + json.dumps(report))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_an_embedded_session_gets_the_operators_spark_conf_and_app_name(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     done = subprocess.run([sys.executable, "-c", FRESH, str(port)], env=env, capture_output=True, text=True,
