@@ -145,7 +145,8 @@ class Target:
 
 def run(cfg: W10Pipeline, src: str, expected: list[int], target: Target, server: MotoServer | None = None) -> dict:
     """One timed write, checked and read back; with ``server``, its requests recorded (the write's alone)."""
-    engine_context(resources={"CPU": cfg.slots})
+    engine_context()  # defaults: the slots are the local session's cores
+
     def write():
         return timed(lambda: target.write(pipeline(src)))
 
