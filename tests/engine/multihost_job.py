@@ -5,7 +5,9 @@ with engine defaults (no block directory set). Prints one ``RESULT {json}`` line
 
 MODE: ``write`` (read -> map_batches -> map_batches(concurrency=1) -> write_parquet, with
 small blocks and a small memory limit, so tasks stream blocks and wait for grants),
-``take_all``, ``iter_batches``, ``materialize`` (one materialized dataset read twice).
+``take_all``, ``iter_batches``, ``materialize`` (one materialized dataset read twice),
+``pieces`` (one file, so one read task, then the second operator as a model of four copies:
+its blocks are cut into pieces for the idle slots of both hosts).
 Every row is ``id`` and ``hosts``, the mount namespaces of the tasks that handled it.
 """
 
@@ -70,6 +72,13 @@ def main() -> None:
         elif mode == "iter_batches":
             summary["rows"] = [(i, h) for b in ds.iter_batches(batch_size=7, batch_format="pyarrow")
                                for i, h in zip(b["id"].to_pylist(), b["hosts"].to_pylist())]
+        elif mode == "pieces":
+            one_file = (sb.read_parquet(f"{source.rstrip('/')}/f0.parquet").map_batches(tag, batch_format="pyarrow")
+                        .map_batches(Slow, fn_constructor_args=(sleep_s,), concurrency=4, batch_size=10,
+                                     batch_format="pyarrow"))
+            summary["rows"] = [(r["id"], r["hosts"]) for r in one_file.take_all()]
+            summary["model_tasks"] = one_file.last_run_stats.ops[1].tasks_done
+            ds = one_file
         elif mode == "materialize":
             kept = ds.materialize()
             first = [(r["id"], r["hosts"]) for r in kept.take_all()]

@@ -125,6 +125,17 @@ def test_the_driver_reads_blocks_from_both_hosts(cluster, data, mode):
     _assert_nothing_left(cluster)
 
 
+def test_pieces_of_one_block_are_read_by_tasks_on_both_hosts(cluster, data):
+    """One file is one read task on one host; the model's idle copies take slices of its blocks,
+    read through the host agent where they run elsewhere: every row once."""
+    result = _result(_run(cluster, data, "pieces", sleep_s=0.5))
+    ids = sorted(i for i, _ in result["rows"])
+    assert ids == list(range(ROWS)), "rows lost or duplicated"
+    assert result["model_tasks"] > 2  # two blocks of ~30 rows, cut for four slots
+    assert _crossed_hosts(result["rows"])  # slices of one host's blocks were read on the other
+    _assert_nothing_left(cluster)
+
+
 def test_a_materialized_dataset_is_read_twice(cluster, data):
     result = _result(_run(cluster, data, "materialize"))
     _ids_once(result["rows"])
