@@ -23,7 +23,7 @@ import uuid
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.block_access import BlockAccess
-from airflow_streambatch.engine.execution.check_ins import MAX_JOB_S, CheckIn
+from airflow_streambatch.engine.execution.check_ins import LINGER_S, MAX_JOB_S, CheckIn, Parked
 from airflow_streambatch.engine.execution.completion import Completions
 from airflow_streambatch.engine.execution.control_server import control_server
 from airflow_streambatch.engine.execution.failures import warn_if_block_dir_small
@@ -88,6 +88,7 @@ class StreamingExecutor:
         barriers = sum(isinstance(op, RepartitionOp) for op in ops)  # a write commits per block after the last
         self.partitions = PartitionTracker(self.committer, ops[-1].name, barriers)
         self.skipped: dict = {}
+        self.parked = Parked()
 
     # -- public -----------------------------------------------------------------
     def start(self) -> StreamingExecutor:
@@ -173,6 +174,7 @@ class StreamingExecutor:
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
             error = exc
         finally:
+            self.parked.release_all()
             if error is None:  # partitions told to stop end their jobs on their own
                 self._await_jobs(CANCEL_WAIT_S)
             if error is not None or self.launcher.launches:
@@ -238,6 +240,7 @@ class StreamingExecutor:
                 self.policy.replenish(self.operators, now - last_tick)
                 last_tick = now
             self.flow.advance()
+            self._serve_parked()
             self._schedule()
             self.liveness.preempt(self.operators, self.launcher.launches, self.heartbeat)
             if self.ctx.progress_interval_s and now - last_progress >= self.ctx.progress_interval_s:
@@ -281,7 +284,8 @@ class StreamingExecutor:
 
     def _checked_in(self, check_in: CheckIn) -> None:
         """A Spark partition ran its tasks: pass their results on, then give it more tasks if
-        its slot would go to its operator anyway (`check_ins.py`), or let it end."""
+        its slot would go to its operator anyway (`check_ins.py`), park it while none is
+        ready, or let it end."""
         ended = self.launcher.check_in(check_in)
         if ended is None:  # from an attempt Spark gave up on: its tasks were rerun
             check_in.answer([])
@@ -289,14 +293,33 @@ class StreamingExecutor:
         op, specs, results = ended
         self.completions.tasks_ended(op, specs, results, None if results is not None else StreamBatchError(
             f"Spark lost the partition running them (its executor died) and ran it again, attempt {check_in.attempt}"))
+        if any(r.yielded for r in results or []):  # it gave its slot back: the partition ends
+            check_in.answer([])
+            return
+        self.flow.advance()
+        self._hand_more(check_in, time.monotonic() + LINGER_S)
+
+    def _serve_parked(self) -> None:
+        for check_in, until in self.parked.take():
+            self._hand_more(check_in, until)
+
+    def _hand_more(self, check_in: CheckIn, until: float) -> None:
+        """Answer a check-in: the next tasks of the operator its slot goes to, when Spark placed
+        the partition for that kind of slot; park it while no task is ready (until ``until``);
+        else no tasks, and its Spark partition ends."""
+        launch = self.launcher.launches.get(check_in.launch_id)
+        now = time.monotonic()
+        if (launch is None or self._stop.is_set() or launch.timed_out or check_in.launch_id in self.liveness.emptying
+                or now - launch.started >= MAX_JOB_S):
+            check_in.answer([])
+            return
+        chosen = self._next_operator()
+        if chosen is None and now < until:
+            self.parked.park(check_in, until)
+            return
         payload, more = None, []
-        launch = self.launcher.launches[check_in.launch_id]
-        if not (self._stop.is_set() or launch.timed_out or check_in.launch_id in self.liveness.emptying
-                or time.monotonic() - launch.started >= MAX_JOB_S or any(r.yielded for r in results or [])):
-            self.flow.advance()
-            chosen = self._next_operator()
-            if chosen is not None and self.launcher.can_run(check_in.launch_id, chosen):
-                payload, more = self.launcher.extend(check_in.launch_id, check_in.part, chosen)
+        if chosen is not None and self.launcher.can_run(check_in.launch_id, chosen):
+            payload, more = self.launcher.extend(check_in.launch_id, check_in.part, chosen)
         if not check_in.answer(more, payload) and more:  # it stopped waiting: what it was handed runs again
             op, specs = self.launcher.take_back(check_in.launch_id, check_in.part)
             self.completions.tasks_ended(op, specs, [TaskResult(s.task_key, [], 0.0, 0, 0, yielded=True)

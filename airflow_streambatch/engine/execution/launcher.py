@@ -108,8 +108,10 @@ class Launcher:
 
     def can_run(self, launch_id: int, op: Operator) -> bool:
         """Whether a partition of the launch may run tasks of ``op``: Spark placed it by its
-        launching operator's resources, so only an operator that asks for the same may use it."""
-        return op.compute == self.launches[launch_id].op.compute
+        launching operator's resources, so only an operator that asks for the same may use it.
+        A concurrency cap is the scheduler's, not Spark's: a model's partition (``concurrency=2``)
+        may run a writer's tasks between its own."""
+        return op.compute.resources == self.launches[launch_id].op.compute.resources
 
     def extend(self, launch_id: int, part: int, op: Operator) -> tuple[bytes | None, list[bytes]]:
         """More tasks, of ``op``, for a Spark partition that checked in and that the scheduler
