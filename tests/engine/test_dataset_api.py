@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import json
 import os
 import threading
@@ -123,6 +124,28 @@ def test_stats_report_every_operator_after_execution(ctx):
     text = ds.stats()
     assert "ReadRange" in text and "MapBatches(<lambda>)" in text and "peak buffered" in text
     assert ds.last_run_stats.ops[1].rows_out == 100
+
+
+class _SlowToLoad:
+    """A stand-in for a model: building a copy takes 0.3 s."""
+
+    def __init__(self):
+        time.sleep(0.3)
+
+    def __call__(self, batch):
+        return batch
+
+
+def test_stats_say_where_cold_starts_went(ctx):
+    """Issue 28: how long Spark partitions took to reach task code, and model copies to build."""
+    ds = sb.range(40, override_num_blocks=4).map_batches(_SlowToLoad, concurrency=2, batch_format="pyarrow")
+    assert ds.count() == 40
+    model = ds.last_run_stats.ops[-1]
+    assert 1 <= model.copies_built <= 2 and model.build_s >= 0.3 * model.copies_built
+    read = ds.last_run_stats.ops[0]
+    assert read.starts >= 1 and read.first_start_s is not None and read.start_s > 0
+    text = ds.stats()
+    assert "Starts:" in text and f"{model.copies_built} model cop" in text and "Spark partition(s) started" in text
 
 
 def test_write_and_read_parquet_json_csv_round_trip(ctx, tmp_path):

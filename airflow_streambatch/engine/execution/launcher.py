@@ -204,6 +204,8 @@ class Launcher:
         spark_partition.work_s += work_s
         if spark_partition.handed_at:  # what one more group cost beyond its work: a check-in, not a job
             op.sizer.observe_check_in(time.monotonic() - spark_partition.handed_at - work_s)
+        else:  # its first group, handed out with the job: what the job took to start running it
+            op.stats.started(max(0.0, time.monotonic() - self.launches[check_in.launch_id].started - work_s))
         return op, specs, results
 
     def take_back(self, launch_id: int, part: int) -> tuple[Operator, list[TaskSpec]]:

@@ -32,6 +32,11 @@ class OpStats:
     last_finish: float | None = None
     scheduling_overhead_s: float = 0.0
     overhead_per_task_s: float = 0.0
+    copies_built: int = 0  # stateful UDF instances (model copies) its tasks built
+    build_s: float = 0.0  # seconds its tasks spent building them
+    starts: int = 0  # Spark partitions launched for it that ran their first tasks
+    start_s: float = 0.0  # their time from launch to running task code, summed (job scheduling, Python workers)
+    first_start_s: float | None = None  # the first one's: a cold start pays Python worker start-up
     _done_keys: set = field(default_factory=set, repr=False)
 
     def launched(self, n: int) -> None:
@@ -43,6 +48,8 @@ class OpStats:
         """A task succeeded. A writer emits files, not blocks: its rows and bytes are its staged files'."""
         self.work_s += result.work_s
         self.last_finish = time.monotonic()
+        self.copies_built += result.builds
+        self.build_s += result.build_s
         if result.task_key in self._done_keys:
             self.tasks_rerun += 1
             return
@@ -55,6 +62,24 @@ class OpStats:
         self.files_out += len(files)
         self.rows_out += sum(f.rows for f in files)
         self.bytes_out += sum(f.bytes for f in files)
+
+    def started(self, delay_s: float) -> None:
+        """A Spark partition launched for it ran its first tasks ``delay_s`` after the launch."""
+        self.starts += 1
+        self.start_s += delay_s
+        if self.first_start_s is None:
+            self.first_start_s = delay_s
+
+    def starts_line(self) -> str | None:
+        """Where its cold starts went: Spark partitions to their first task, model copies built."""
+        parts = []
+        if self.starts:
+            parts.append(f"{self.starts} Spark partition(s) started in {1000 * self.start_s / self.starts:.0f} ms "
+                         f"on average (the first in {self.first_start_s:.2f} s)")
+        if self.copies_built:
+            parts.append(f"{self.copies_built} model cop{'y' if self.copies_built == 1 else 'ies'} built in "
+                         f"{self.build_s:.2f} s")
+        return f"{self.name}: " + "; ".join(parts) if parts else None
 
     def retried(self, n: int = 1) -> None:
         self.tasks_retried += n
@@ -106,12 +131,15 @@ class RunStats:
         ]
         for failure in self.failed_partitions:
             lines.insert(1, f"FAILED {failure.describe()}")
+        starts = [line for op in self.ops if (line := op.starts_line())]
         for op in self.ops:
             lines.append(
                 f"| {op.name} | {op.tasks_done} | {op.blocks_out} | {op.rows_out} | {human_bytes(op.bytes_out)} "
                 f"| {op.wall_s:.2f} | {op.work_s:.2f} | {human_bytes(op.peak_buffered_bytes)} "
                 f"| {op.overhead_per_task_s * 1000:.1f} ms |"
             )
+        if starts:
+            lines += ["Starts:"] + [f"- {line}" for line in starts]
         return "\n".join(lines)
 
 

@@ -95,6 +95,8 @@ class TaskResult:
     yielded: bool = False  # preempted while waiting for memory, or not started after one was: run it again
     fetched_bytes: int = 0  # input bytes read from another host
     exception: bytes | None = None  # the user's exception, pickled (`portable_exception`), for the driver to raise
+    builds: int = 0  # stateful UDF instances (model copies) the task built
+    build_s: float = 0.0  # seconds it spent building them (part of ``work_s``)
 
 
 MAX_EXCEPTION_BYTES = 64 * 1024
@@ -213,13 +215,14 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
         return TaskResult(
             spec.task_key, [], time.perf_counter() - start, input_bytes, 0,
             error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(), no_space=no_space,
-            exception=portable_exception(exc),
+            exception=portable_exception(exc), builds=env.builds, build_s=env.build_s,
         )
     finally:
         env.end_task()  # its stateful UDF instances go idle, or are released (`udf.py`)
     return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
         spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,
         sum(ref.size_bytes for ref in output.blocks), files=env.written, fetched_bytes=fetched,
+        builds=env.builds, build_s=env.build_s,
     )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,8 @@ class TaskEnv:
     written: list[tuple[str, int, int]] = field(default_factory=list)  # sink files: (path, rows, bytes)
     control: ControlInfo | None = None  # the driver's control plane: capped stateful UDFs get slots there
     leases: list[Lease] = field(default_factory=list)  # capped instances this task uses
+    builds: int = 0  # stateful UDF instances (model copies) this task built
+    build_s: float = 0.0  # seconds it spent building them: a cold start, reported by `Dataset.stats()`
 
     def end_task(self) -> None:
         """The task is over: its capped instances go idle, or are released if the driver wants them."""
@@ -60,7 +63,12 @@ def _udf(transform, env: TaskEnv) -> Callable:
         return transform.fn
 
     def build():
-        return transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
+        start = time.perf_counter()
+        try:
+            return transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
+        finally:
+            env.builds += 1
+            env.build_s += time.perf_counter() - start
 
     if transform.compute.concurrency is not None and env.control is not None:
         return instance_for(transform, env, build)
