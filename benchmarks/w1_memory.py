@@ -80,7 +80,7 @@ def run_ours(cfg: W1, policy: str, limit: int) -> dict:
 
     engine_context(memory_limit=limit, scheduling_policy=policy, resources={"CPU": cfg.cpus, "GPU": cfg.gpus})
     ds = (
-        sb.range(cfg.tasks, override_num_blocks=cfg.tasks)
+        sb.range(cfg.tasks)
         .flat_map(partial(load, cfg=cfg))
         .map(partial(transform, cfg=cfg))
         .map_batches(partial(inference, cfg=cfg), batch_size=cfg.batch_rows, num_gpus=1, batch_format="pyarrow")
@@ -175,7 +175,7 @@ def _ray_pipeline(cfg: W1):
     import ray.data
 
     return (
-        ray.data.range(cfg.tasks, override_num_blocks=cfg.tasks)
+        ray.data.range(cfg.tasks)
         .flat_map(partial(load, cfg=cfg))
         .map(partial(transform, cfg=cfg))
         # GPU slots only, like ours and the Spark baselines: Ray's default num_cpus=1 would make

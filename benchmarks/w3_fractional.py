@@ -43,7 +43,7 @@ def run(cfg: W3, static_split: bool) -> dict:
     engine_context(resources={"CPU": cfg.slots}, enable_operator_fusion=False)
     cap = cfg.slots // 2 if static_split else None
     ds = (
-        sb.range(cfg.tasks, override_num_blocks=cfg.tasks)
+        sb.range(cfg.tasks)
         .map_batches(partial(sleep_stage, seconds=cfg.stage1_s), concurrency=cap, batch_format="pyarrow")
         .map_batches(partial(sleep_stage, seconds=cfg.stage2_s), concurrency=cap, batch_format="pyarrow")
     )

@@ -110,7 +110,7 @@ def run_ours(cfg: W5, sizes: list[int], policy: str, block_dir: str) -> dict:
 
     engine_context(memory_limit=cfg.limit_mib * MiB, scheduling_policy=policy, block_dir=block_dir,
                    resources={"CPU": cfg.cpus, "GPU": cfg.gpus}, target_max_block_size=cfg.block_mib * MiB)
-    ds = (sb.range(len(sizes), override_num_blocks=len(sizes))
+    ds = (sb.range(len(sizes))
           .map_batches(partial(_ours_decode, sizes=sizes, decode_s=cfg.decode_s), batch_size=1, batch_format="pyarrow")
           .map_batches(partial(_ours_infer, infer_s=cfg.infer_s), batch_size=cfg.block_mib, num_gpus=1,
                        batch_format="pyarrow"))

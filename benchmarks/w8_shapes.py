@@ -141,7 +141,7 @@ def run(shape: Shape, policy: str) -> dict:
 
     engine_context(memory_limit=shape.limit, scheduling_policy=policy, target_max_block_size=BLOCK,
                    resources={"CPU": shape.cpus, "GPU": shape.gpus})
-    ds = sb.range(shape.tasks, override_num_blocks=shape.tasks).map_batches(
+    ds = sb.range(shape.tasks).map_batches(
         partial(load, shape=shape), batch_format="pyarrow")
     exp = partial(expand, shape=shape)
     if shape.repartition == "before":

@@ -49,6 +49,15 @@ def test_reads_are_never_cut_finer_than_the_files(ctx, tmp_path):
     assert len(ds.take_all()) == 30 and _read_tasks(ds) == 3
 
 
+def test_rows_of_range_and_from_items_are_units_of_work(ctx):
+    """48 rows of ``range`` are 48 read tasks, as W1's 48 one-second loads need (two per slot
+    made them 8 tasks of six); past 200 rows, 200 tasks."""
+    for ds, rows, tasks in ((sb.range(48), 48, 48), (sb.from_items(list(range(30))), 30, 30),
+                            (sb.range(1000), 1000, 200)):
+        assert ds.count() == rows
+        assert _read_tasks(ds) == tasks
+
+
 def test_one_block_feeds_every_copy_of_a_slow_stateful_consumer(ctx, tmp_path):
     """One small file is one block; the model's copies share it instead of one copy taking it all
     while the others idle. Every row is written once, by the one partition that read it."""

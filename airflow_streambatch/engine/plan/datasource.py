@@ -160,13 +160,14 @@ def fingerprint(value) -> str:
     return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def partition_count(total_bytes: int, pieces: int, slots: int, override: int | None, target_bytes: int) -> int:
+def partition_count(total_bytes: int, pieces: int, slots: int, override: int | None, target_bytes: int,
+                    at_least: int = 0) -> int:
     """How many read tasks: ``override`` if given, else two per slot (so every slot has a task
     and the next is ready when one ends, as Ray Data reads at least two blocks per CPU) and
     enough that none is over ``target_bytes``; never more than ``pieces``. (A floor of 1 MiB
     per task made 1 MB of sentences one task, and a model with two copies ran on one:
-    issue 28.)"""
-    count = override or max(2 * slots, math.ceil(total_bytes / target_bytes))
+    issue 28.) ``at_least``: a source's own floor (`WORK_ITEM_BLOCKS`)."""
+    count = override or max(2 * slots, at_least, math.ceil(total_bytes / target_bytes))
     return max(1, min(pieces, count))
 
 
@@ -258,11 +259,20 @@ def _read_group(group: tuple[Fragment, ...], reader) -> Callable[[], Iterator[pa
     return read
 
 
+# Blocks of ``range`` and ``from_items`` (up to one row each), as Ray Data 2's 200: their rows
+# are often units of work (a task id, a URL, a prompt) far costlier than their bytes, and a
+# task per few rows costs a few milliseconds (`execution/check_ins.py`); cheap rows are
+# merged back by task sizing (`operators/map.py`). Two per slot made W1's 48 one-second
+# loads 8 tasks of six: 1.20-1.33x its optimum against 1.12-1.17x with 48 (issue 28).
+WORK_ITEM_BLOCKS = 200
+
+
 def items_datasource(items: list) -> Datasource:
     rows = [item if isinstance(item, dict) else {"item": item} for item in items]
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
-        count = max(1, min(len(rows), override or slots))
+        count = partition_count(64 * len(rows), len(rows), slots, override, target_bytes,
+                                at_least=WORK_ITEM_BLOCKS)
         bounds = [round(i * len(rows) / count) for i in range(count + 1)]
         return [
             ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi]), fingerprint(rows[lo:hi]))
@@ -281,7 +291,8 @@ def _const_read(rows: list[dict]) -> Callable[[], Iterator[pa.Table]]:
 
 def range_datasource(n: int) -> Datasource:
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
-        count = max(1, min(n, override or max(slots, math.ceil(8 * n / target_bytes))))
+        count = partition_count(8 * n, n, slots, override, target_bytes,
+                                at_least=WORK_ITEM_BLOCKS)
         bounds = [round(i * n / count) for i in range(count + 1)]
         return [ReadTask(f"range[{lo}:{hi}]", 8 * (hi - lo), _range_read(lo, hi), f"range[{lo}:{hi}]")
                 for lo, hi in zip(bounds, bounds[1:])]
