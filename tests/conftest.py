@@ -36,7 +36,11 @@ SPARK_SLOTS = 4
 # test credentials go into the environment now, before Spark starts, so that Spark's Python
 # workers (which inherit the JVM's environment) reach it as the driver does; they also keep
 # every client (pyarrow, obstore, boto3) off real AWS.
-S3_ENDPOINT = f"http://127.0.0.1:{free_port()}"
+# A Spark Python worker that imports this module again (a test module it unpickles by reference imports
+# it: test_default_parallelism's `from conftest import SPARK_SLOTS`) keeps the session's endpoint, which
+# it inherited: a new port there sent every later S3 read of that reused worker to a closed port.
+S3_ENDPOINT = os.environ.get("STREAMBATCH_TEST_S3_ENDPOINT") or f"http://127.0.0.1:{free_port()}"
+os.environ["STREAMBATCH_TEST_S3_ENDPOINT"] = S3_ENDPOINT
 os.environ.update(AWS_ENDPOINT_URL=S3_ENDPOINT, AWS_ACCESS_KEY_ID="streambatch-test",
                   AWS_SECRET_ACCESS_KEY="streambatch-test-secret", AWS_DEFAULT_REGION="us-east-1",
                   AWS_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")

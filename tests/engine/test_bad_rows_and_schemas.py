@@ -24,7 +24,7 @@ def _a_or_b(row):
 
 def test_map_rows_with_different_keys_fail_naming_the_operator_and_both_key_sets(ctx):
     with pytest.raises(sb.PartitionsFailedError) as info:
-        sb.range(10).map(_a_or_b).take_all()
+        sb.range(10, override_num_blocks=1).map(_a_or_b).take_all()  # one task sees both key sets
     text = str(info.value)
     assert "Map(_a_or_b)" in text and "different keys" in text
     assert "['a']" in text and "['b']" in text

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from types import SimpleNamespace
 
 import pyarrow.compute as pc
 from pipelines import write_inputs
 
 from airflow_streambatch.engine.worker.staging import StagedFile
+from airflow_streambatch.engine.worker.task_runner import TaskResult
 from airflow_streambatch.engine.execution.stats import OpStats
 from airflow_streambatch.epochs import EpochCheckpoint, EpochManifest, list_inputs, run_epoch
 from airflow_streambatch.epochs import runner as runner_module
@@ -43,8 +43,8 @@ def test_an_operator_fused_with_the_writer_reports_the_rows_and_bytes_it_wrote(c
 
 def test_a_task_counts_once_however_often_it_succeeded_and_files_count_as_output():
     stats = OpStats("Map->WriteParquet")
-    result = SimpleNamespace(task_key="p00000", blocks=[], work_s=0.5, output_bytes=0,
-                             files=[StagedFile("a.parquet", 70, 1000, []), StagedFile("b.parquet", 30, 500, [])])
+    result = TaskResult("p00000", [], 0.5, 0, 0,
+                        files=[StagedFile("a.parquet", 70, 1000, []), StagedFile("b.parquet", 30, 500, [])])
     stats.task_done(result)
     stats.task_done(result)  # the same task again (rerun): its output is not counted twice
     assert (stats.tasks_done, stats.tasks_rerun, stats.rows_out, stats.bytes_out, stats.files_out) == (1, 1, 100,
