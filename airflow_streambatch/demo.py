@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-DIMS = {"embed_text_hourly": 384, "embed_text_light": 64}
+DIMS = {"embed_text_hourly": 384, "embed_text_light": 64, "embed_text_taskflow": 64}
 _SUBJECTS = ["The battery", "This blender", "The delivery", "Customer support", "The screen", "The manual",
              "The zipper", "This jacket", "The app", "The warranty", "The price", "The sound"]
 _VERDICTS = ["works better than I hoped", "stopped working after a week", "is fine for the money",

@@ -43,6 +43,9 @@ def get_provider_info() -> dict:
             # get_ui_field_behaviour() is deprecated there): host is the master, extra the Spark conf
             "ui-field-behaviour": CONNECTION_FORM,
         }],
+        # @task.streambatch: Airflow's TaskDecoratorCollection looks the name up here
+        "task-decorators": [{"class-name": "airflow_streambatch.decorators.streambatch.streambatch_task",
+                             "name": "streambatch"}],
         "extra-links": ["airflow_streambatch.operators.links.SparkUILink",
                         "airflow_streambatch.operators.links.EpochOutputLink"],
     }

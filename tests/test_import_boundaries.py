@@ -38,6 +38,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.read_options", 5),
     (f"{PACKAGE}.engine.read_formats", 5),
     (f"{PACKAGE}.engine.parquet_ranges", 5),
+    (f"{PACKAGE}.engine.read_pruning", 5),
     (f"{PACKAGE}.engine.datasource", 5),
     (f"{PACKAGE}.engine.in_memory", 5),
     (f"{PACKAGE}.engine.dataset_methods", 5),
@@ -46,6 +47,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.epochs", 6),
     (f"{PACKAGE}.hooks", 7),
     (f"{PACKAGE}.operators", 7),
+    (f"{PACKAGE}.decorators", 7),  # @task.streambatch: the operator with a function for its pipeline
     (f"{PACKAGE}.sensors", 7),
     (f"{PACKAGE}.triggers", 7),
     (f"{PACKAGE}.get_provider_info", 7),

@@ -7,12 +7,15 @@ Values are checked when they are set, and errors name the setting to change.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import difflib
+import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from airflow_streambatch.engine.errors import check_positive_int
 
@@ -80,7 +83,8 @@ class DataContext:
     :param resources: execution slots, e.g. ``{"CPU": 8, "GPU": 2, "tpu": 1}``.
         ``None`` reads them from Spark: task slots for CPU; for GPUs, the addresses the
         executors own, or under dynamic allocation the standalone workers' GPUs
-        (``docs/cluster-gpus.md``).
+        (``docs/cluster-gpus.md``); in local mode the machine's (``CUDA_VISIBLE_DEVICES``,
+        else ``nvidia-smi``: ``spark/local_gpus.py``).
     :param block_dir: where each host keeps the blocks (Arrow IPC files) its tasks write;
         one sub-directory per run. Private to the host by default (tmpfs, else the temp
         dir, per user): blocks reach other hosts through the host's agent
@@ -187,7 +191,54 @@ class DataContext:
         finally:
             DataContext._global = previous
 
+    @classmethod
+    def check_settings(cls, settings: Any, *, argument: str | None = "data_context", skip_templated: bool = False,
+                       parse_strings: bool = False) -> dict:
+        """Check a dict of settings (`StreamBatchOperator`'s ``data_context``, ``copy``'s and ``scoped``'s
+        keywords) and return it: the one place that does, so the DAG parser, the task and the engine
+        give the same errors. Each error names ``argument`` (``None``: the settings are keywords of
+        ``DataContext``), the key and the fix: an unknown key with the closest setting names (a typo
+        such as ``memory_limt`` would otherwise be ignored or fail as an unexpected keyword), a value
+        with what the setting takes.
+
+        ``skip_templated``: when the DAG is parsed, a value holding a Jinja template (``"{{"``) is not
+        known yet; it is left for ``execute``. ``parse_strings``: after rendering without
+        ``render_template_as_native_obj`` a template's value is a string (``"2147483648"``,
+        ``"True"``, ``"{'GPU': 1}"``): read it as a Python or JSON literal for settings that are not
+        strings; ``settings`` itself may be such a string.
+        """
+        if parse_strings and isinstance(settings, str):
+            settings = _literal(settings)
+        if not isinstance(settings, Mapping):
+            raise ValueError(f"{argument or 'DataContext settings'} must be a dict of DataContext settings, e.g. "
+                             f"{{'memory_limit': 2 << 30}}, got {type(settings).__name__} {settings!r}")
+        names = [f.name for f in fields(cls)]
+        checked = {}
+        for key, value in settings.items():
+            if key not in names:
+                where = f"{argument} has an unknown key" if argument else "DataContext has no setting"
+                raise ValueError(f"{where} {key!r}.{_did_you_mean(key, names)} The settings are: {', '.join(names)} "
+                                 "(each explained in airflow_streambatch/engine/context.py)")
+            if skip_templated and is_templated(value):
+                checked[key] = value
+                continue
+            if parse_strings and isinstance(value, str) and key not in _STRING_SETTINGS:
+                value = _literal(value)
+            try:
+                _validate(key, _as_setting(key, value))
+            except ValueError as exc:
+                message, setting = str(exc), f"DataContext.{key}"
+                if argument and message.startswith(setting):  # "data_context['memory_limit'] must be ..."
+                    message = f"{argument}[{key!r}]{message[len(setting):]}"
+                raise ValueError(message) from None
+            checked[key] = value
+        return checked
+
     def copy(self, **changes) -> DataContext:
+        """A copy with ``changes``: checked by `check_settings` (a misspelt name fails with a suggestion, not
+        as an unexpected keyword), ``execution_options`` also as a dict such as ``{"preserve_order": True}``."""
+        changes = {name: _as_setting(name, value) for name, value in
+                   self.check_settings(changes, argument=None).items()}
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         if values["resources"] is not None:
@@ -200,13 +251,14 @@ _POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limi
 _POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s",
                     "control_timeout_s", "write_lease_ttl_s")
 _NON_NEGATIVE_FLOATS = ("write_lease_timeout_s", "table_commit_interval_s")
+_BOOLS = ("group_scheduling", "enable_operator_fusion")
 
 
 def _validate(name: str, value) -> None:
     if name in _POSITIVE_INTS:
         check_positive_int(value, f"DataContext.{name}")
     elif name in _POSITIVE_FLOATS:
-        if not isinstance(value, (int, float)) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"DataContext.{name} must be a positive number, got {value!r}")
     elif name in ("max_task_retries", "max_failed_partitions"):
         check_positive_int(value, f"DataContext.{name}", allow_zero=True)
@@ -217,16 +269,68 @@ def _validate(name: str, value) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"DataContext.{name} must be a number of seconds >= 0, got {value!r}")
     elif name == "progress_interval_s":
-        if not isinstance(value, (int, float)) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"DataContext.progress_interval_s must be >= 0, got {value!r}")
     elif name == "scheduling_policy":
         if value not in POLICIES:
-            raise ValueError(f"DataContext.scheduling_policy must be one of {POLICIES}, got {value!r}")
+            raise ValueError(f"DataContext.scheduling_policy must be one of {POLICIES}, got {value!r}."
+                             f"{_did_you_mean(value, POLICIES) if isinstance(value, str) else ''}")
+    elif name in _BOOLS and not isinstance(value, bool):
+        raise ValueError(f"DataContext.{name} must be True or False, got {value!r}")
+    elif name == "block_dir" and (not isinstance(value, (str, os.PathLike)) or not str(value)):
+        raise ValueError(f"DataContext.block_dir must be a directory path, got {value!r}")
     elif name == "execution_options" and not isinstance(value, ExecutionOptions):
         raise ValueError(f"DataContext.execution_options must be an ExecutionOptions, got {value!r}")
     elif name == "resources" and value is not None:
         if not isinstance(value, dict):
             raise ValueError(f"DataContext.resources must be a dict such as {{'CPU': 4, 'GPU': 1}}, got {value!r}")
         for key, amount in value.items():
-            if not isinstance(amount, (int, float)) or amount < 0:
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"DataContext.resources keys must be resource names such as 'CPU' or 'GPU', "
+                                 f"got {key!r}")
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
                 raise ValueError(f"DataContext.resources[{key!r}] must be a number >= 0, got {amount!r}")
+
+
+_STRING_SETTINGS = ("scheduling_policy", "block_dir")  # a rendered template's string is the value itself
+
+
+def is_templated(value) -> bool:
+    """Whether ``value`` holds a Jinja template (in a string, or inside a dict or list): Airflow renders
+    it only when the task runs, so it cannot be checked when the DAG is parsed."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(is_templated(k) or is_templated(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(is_templated(v) for v in value)
+    return False
+
+
+def _literal(text: str):
+    """A rendered template's text as the value it spells (Python or JSON literal); the text itself if neither."""
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(str(word), list(choices), n=2)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _as_setting(name: str, value):
+    """``execution_options`` given as a dict (JSON: a DAG's ``data_context``) becomes an `ExecutionOptions`."""
+    if name != "execution_options" or not isinstance(value, Mapping):
+        return value
+    names = [f.name for f in fields(ExecutionOptions)]
+    for key in value:
+        if key not in names:
+            raise ValueError(f"DataContext.execution_options has no setting {key!r}.{_did_you_mean(key, names)} "
+                             f"It has: {', '.join(names)}")
+    return ExecutionOptions(**value)

@@ -1,14 +1,24 @@
 """Parquet files cut along row groups: `read_parquet`'s fragments, and the epoch manifest's
-row-group ranges (``epochs/manifest.py``). Both read only the file's footer."""
+row-group ranges (``epochs/manifest.py``), both found from the file's footer alone; and
+`read_row_groups`, which reads one such fragment with its columns and filter pushed into
+pyarrow's scan."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from airflow_streambatch.engine.filesystems import resolve
-from airflow_streambatch.engine.plan.datasource import Fragment
+from airflow_streambatch.engine.filesystems import resolve, resolve_in
+from airflow_streambatch.engine.plan.datasource import READ_BATCH_ROWS, Fragment
+from airflow_streambatch.engine.read_formats import schema_drift
 from airflow_streambatch.engine.read_options import FileOptions
+from airflow_streambatch.engine.read_pruning import bind_filter, check_selected
+
+_PARQUET = pads.ParquetFileFormat()
 
 
 def row_groups_in(opts: FileOptions):
@@ -51,3 +61,51 @@ def parquet_row_group_ranges(path: str, max_bytes: int) -> list[tuple[int, int, 
         acc += size
     ranges.append((start, len(sizes), acc))
     return ranges if len(ranges) > 1 else None
+
+
+def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema, reference: str,
+                    columns: list[str] | None = None, row_filter: pc.Expression | None = None,
+                    where: str = "read_parquet") -> Iterator[pa.Table]:
+    """One fragment's rows (its row groups, or the whole file), pruned inside pyarrow's Parquet scan.
+
+    Only the columns named in ``columns`` or the filter are fetched and decoded; row groups
+    whose min/max statistics exclude the filter are not fetched at all (a range of row
+    groups is narrowed the same way), and the filter drops the remaining rows that fail it.
+    Partition values and, with ``include_paths``, the path are constants of the fragment
+    that the scan fills in, so ``columns`` and the filter can name them. A file whose schema
+    differs from ``reference``'s fails, naming both; tables are about ``READ_BATCH_ROWS``.
+    """
+    constants = opts.constant_columns(fragment.path, expected.names)
+    schema = pa.schema([*expected, *(f for f, _ in constants)])
+    known = pc.scalar(True)
+    for f, value in constants:
+        known = known & (pc.field(f.name) == value)
+    fs, inner = resolve_in(fragment.path, opts.filesystem)
+    piece = _PARQUET.make_fragment(inner, fs, partition_expression=known)  # one footer read, kept by subset()
+    found = piece.physical_schema
+    if not found.equals(expected):
+        raise ValueError(f"schema drift: {schema_drift(expected, found)} (compared with {reference})")
+    if fragment.row_groups is not None:
+        groups = list(fragment.row_groups)
+        if groups and groups[-1] >= piece.num_row_groups:
+            raise ValueError(f"row group {groups[-1]} asked for, but the file has only {piece.num_row_groups} "
+                             "(it was rewritten after it was partitioned)")
+        piece = piece.subset(row_group_ids=groups)
+    wanted = None if columns is None else list(dict.fromkeys([*columns, *(["path"] if opts.include_paths else [])]))
+    check_selected(wanted, schema.names, where, fragment.path)
+    if row_filter is not None:
+        bind_filter(row_filter, schema, where, fragment.path)
+        piece = piece.subset(filter=row_filter, schema=schema)  # the row groups its statistics may match
+    # one batch read ahead, not pyarrow's 16: what a task holds stays within what the scheduler granted it
+    batches = piece.to_batches(schema=schema, columns=wanted, filter=row_filter, batch_size=READ_BATCH_ROWS,
+                               batch_readahead=1, fragment_readahead=1)
+    pending, rows = [], 0
+    for batch in batches:
+        if batch.num_rows:
+            pending.append(batch)
+            rows += batch.num_rows
+        if rows >= READ_BATCH_ROWS:
+            yield pa.Table.from_batches(pending)
+            pending, rows = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)

@@ -37,8 +37,10 @@ from airflow_streambatch.engine.read_formats import (
     csv_compatible,
     csv_range_args,
     json_table,
+    schema_drift,
 )
-from airflow_streambatch.engine.parquet_ranges import row_groups_in
+from airflow_streambatch.engine.parquet_ranges import read_row_groups, row_groups_in
+from airflow_streambatch.engine.read_pruning import bind_filter, check_columns, check_filter, prune_source
 from airflow_streambatch.engine.read_options import HIVE, TEXT_DEFAULTS, FileOptions, file_options
 
 
@@ -61,18 +63,8 @@ def _open(path: str):
     return fs.open_input_file(inner)
 
 
-def _schema_drift(expected: pa.Schema, found: pa.Schema) -> str:
-    want, got = dict(zip(expected.names, expected.types)), dict(zip(found.names, found.types))
-    parts = [f"missing {name!r}" for name in want if name not in got]
-    parts += [f"extra {name!r}" for name in got if name not in want]
-    parts += [f"{name!r} is {got[name]} not {want[name]}" for name in want if name in got and got[name] != want[name]]
-    if not parts and found.names != expected.names:
-        parts.append(f"columns {found.names} are in another order than {expected.names}")
-    return ", ".join(parts)
-
-
-def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, partitioning=HIVE,
-                 include_paths: bool = False, file_extensions: list[str] | None = None,
+def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, filter=None,  # noqa: A002 - Ray's name
+                 partitioning=HIVE, include_paths: bool = False, file_extensions: list[str] | None = None,
                  partition_filter=None, override_num_blocks: int | None = None) -> Dataset:
     """Parquet files (a file, a directory, or a list); split by row groups when files are few.
 
@@ -80,21 +72,27 @@ def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, pa
     whose columns or types drifted fails its partition with an error naming both files.
     Hive ``key=value`` directories add string columns by default, as in Ray (a column
     the file has keeps the file's values); ``file_extensions`` filters every file.
+    ``columns`` and ``filter`` (a `pyarrow.compute.Expression` or pyarrow's DNF list, as
+    Ray passes it on) go into pyarrow's Parquet scan: other columns are not decoded and
+    row groups whose statistics exclude the filter are skipped (`read_pruning`).
     """
     _check_blocks(override_num_blocks, "read_parquet")
     opts = file_options("read_parquet", filesystem=filesystem, partitioning=partitioning,
                         include_paths=include_paths, file_extensions=file_extensions, partition_filter=partition_filter)
+    columns, row_filter = check_columns(columns, "read_parquet"), check_filter(filter, "read_parquet")
     suffixes = (".parquet", ".parq")
 
     def plan(slots: int, override: int | None, target_bytes: int):
         listed = [path for path, _ in expand_paths(paths, suffixes, **opts.listing())]
-        return file_datasource("Parquet", listed, suffixes, _parquet_reader(listed, columns, opts),
-                               row_groups_in(opts), listing=opts.listing()).plan(slots, override, target_bytes)
+        reader = _parquet_reader(listed, columns, opts, row_filter)
+        return file_datasource("Parquet", listed, suffixes, reader, row_groups_in(opts),
+                               listing=opts.listing()).plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource("Parquet", plan), paths), override_num_blocks)])
 
 
-def read_fragments(fragments: list[Fragment], input_format: str = "parquet") -> Dataset:
+def read_fragments(fragments: list[Fragment], input_format: str = "parquet", *, columns: list[str] | None = None,
+                   filter=None) -> Dataset:  # noqa: A002 - read_parquet's name
     """Partitions decided beforehand: one read task per `Fragment`, in the given order.
 
     For inputs whose partitioning is frozen elsewhere, such as an epoch manifest that
@@ -104,6 +102,9 @@ def read_fragments(fragments: list[Fragment], input_format: str = "parquet") -> 
     functions do, and each format's ``read_*`` defaults apply (Hive partition columns
     for Parquet, CSV and JSON; compression from the file name). Row groups need
     ``parquet``; byte ranges need a line-based format and an uncompressed file.
+    ``columns`` and ``filter`` are `read_parquet`'s: pushed into the scan of a Parquet
+    fragment (a row-group range reads only its row groups the filter may match); for
+    the other formats applied to what each read task parses, in the task.
     """
     fragments = list(fragments)
     if not fragments or not all(isinstance(f, Fragment) for f in fragments):
@@ -118,38 +119,33 @@ def read_fragments(fragments: list[Fragment], input_format: str = "parquet") -> 
         if fragment.byte_range is not None and input_format not in LINE_FORMATS:
             raise ValueError(f"{fragment_label(fragment)} is a byte range of lines, but input_format="
                              f"{input_format!r} is not one of {sorted(LINE_FORMATS)}")
+    columns, row_filter = check_columns(columns, "read_fragments"), check_filter(filter, "read_fragments")
     files = list(dict.fromkeys(f.path for f in fragments))
     name = input_format.capitalize()
 
     def plan(slots: int, override: int | None, target_bytes: int):
-        return fragments_datasource(name, fragments, _FRAGMENT_READERS[input_format](files)).plan(
-            slots, override, target_bytes)
+        if input_format == "parquet":
+            reader = _parquet_reader(files, columns, file_options("read_fragments", partitioning=HIVE), row_filter)
+            return fragments_datasource(name, fragments, reader).plan(slots, override, target_bytes)
+        source = fragments_datasource(name, fragments, _FRAGMENT_READERS[input_format](files))
+        return prune_source(source, columns, row_filter, "read_fragments").plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource(name, plan), files), None)])
 
 
-def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptions):
-    """Reads one fragment's row groups (all when None); a file whose schema differs from the first
-    readable file's fails its own partition, naming both files."""
+def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptions, row_filter=None):
+    """Reads one fragment's row groups (all when None), pruned by ``columns`` and ``row_filter``
+    (`parquet_ranges.read_row_groups`); a file whose schema differs from the first readable
+    file's fails its own partition, naming both files. A filter that does not fit the first
+    file fails here, in the driver, before any task runs."""
     reference, expected = _first_readable(files, lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet",
                                           opts.open_file)
+    if row_filter is not None:
+        constants = opts.constant_columns(reference, expected.names)
+        bind_filter(row_filter, pa.schema([*expected, *(f for f, _ in constants)]), opts.where, reference)
 
     def reader(fragment: Fragment):
-        with opts.open_file(fragment.path) as handle:
-            pf = pq.ParquetFile(handle)
-            if not pf.schema_arrow.equals(expected):
-                raise ValueError(f"schema drift: {_schema_drift(expected, pf.schema_arrow)} "
-                                 f"(compared with {reference})")
-            groups = list(fragment.row_groups) if fragment.row_groups is not None else None
-            if groups and groups[-1] >= pf.metadata.num_row_groups:
-                raise ValueError(f"row group {groups[-1]} asked for, but the file has only "
-                                 f"{pf.metadata.num_row_groups} (it was rewritten after it was partitioned)")
-            stored = None if columns is None else [c for c in columns if c in expected.names]
-            for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=stored):
-                table = opts.finish(pa.Table.from_batches([batch]), fragment.path, keep_file_columns=True)
-                if columns is not None:  # partition columns too are kept only when named, in the order named
-                    table = table.select([c for c in dict.fromkeys([*columns, "path"]) if c in table.column_names])
-                yield table
+        return read_row_groups(fragment, opts, expected, reference, columns, row_filter, opts.where)
 
     return reader
 
@@ -217,7 +213,7 @@ def _csv_reader(files: list[str], csv_args: dict, opts: FileOptions):
             stream = pacsv.open_csv(handle, **args)
             found = stream.schema
             if not csv_compatible(expected, found):
-                raise ValueError(f"CSV column types differ from the first file's: {_schema_drift(expected, found)}"
+                raise ValueError(f"CSV column types differ from the first file's: {schema_drift(expected, found)}"
                                  f" (compared with {reference}); make the files agree or set the column types "
                                  "with read_csv(..., convert_options=pyarrow.csv.ConvertOptions(column_types=...))")
             for batch in _csv_batches(stream):

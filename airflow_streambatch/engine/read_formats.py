@@ -38,6 +38,17 @@ def csv_range_args(csv_args: dict, expected: pa.Schema) -> dict:
     return {"header": header, "args": args}
 
 
+def schema_drift(expected: pa.Schema, found: pa.Schema) -> str:
+    """How ``found`` differs from ``expected``, for an error that names both files."""
+    want, got = dict(zip(expected.names, expected.types)), dict(zip(found.names, found.types))
+    parts = [f"missing {name!r}" for name in want if name not in got]
+    parts += [f"extra {name!r}" for name in got if name not in want]
+    parts += [f"{name!r} is {got[name]} not {want[name]}" for name in want if name in got and got[name] != want[name]]
+    if not parts and found.names != expected.names:
+        parts.append(f"columns {found.names} are in another order than {expected.names}")
+    return ", ".join(parts)
+
+
 def csv_compatible(expected: pa.Schema, found: pa.Schema) -> bool:
     """Same columns in the same order, each of the expected type or null (an empty column)."""
     if found.names != expected.names:

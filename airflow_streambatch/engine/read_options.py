@@ -183,6 +183,20 @@ class FileOptions:
             table = table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
         return table
 
+    def constant_columns(self, path: str, file_columns: list[str]) -> list[tuple[pa.Field, pa.Scalar]]:
+        """The columns `finish(keep_file_columns=True)` adds to a table of ``path``, as typed constants:
+        a Parquet read hands them to pyarrow's scan, so that ``columns=`` and a filter can use them."""
+        types = (self.partitioning.field_types or {}) if self.partitioning is not None else {}
+        values = self.partitioning(path) if self.partitioning is not None else {}
+        if self.include_paths and "path" not in values:
+            values = {**values, "path": path}
+        found = []
+        for name, value in values.items():
+            if name not in file_columns:
+                kind = _PARTITION_TYPES[types.get(name, str)]
+                found.append((pa.field(name, kind), pa.scalar(value, kind)))
+        return found
+
 
 def hadoop_snappy(data: bytes) -> bytes:
     """Decompress Hadoop's Snappy framing: blocks of (4-byte big-endian raw length, then chunks of

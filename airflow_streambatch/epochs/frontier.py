@@ -13,6 +13,7 @@ between polls (only quiescence needs it).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -118,7 +119,9 @@ class FrontierSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in FRONTIERS:
-            raise ValueError(f"frontier={self.kind!r} is not one of {FRONTIERS}")
+            close = difflib.get_close_matches(str(self.kind), FRONTIERS, n=1)
+            raise ValueError(f"frontier={self.kind!r} is not one of {FRONTIERS}"
+                             f"{f'. Did you mean {close[0]!r}?' if close else ''}")
         if self.kind == "watermark" and not self.watermark_path:
             raise ValueError("frontier='watermark' needs watermark_path: a file holding an ISO-8601 timestamp")
         if self.kind == "quiescence" and self.quiet_period_s <= 0:

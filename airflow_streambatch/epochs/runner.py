@@ -9,9 +9,9 @@ and says what happened, and nothing runs on Spark for a committed partition.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import posixpath
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -21,6 +21,7 @@ from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import PartialResultWarning
 from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.read_pruning import check_columns, check_filter, prune_reads
 from airflow_streambatch.engine.execution.partitions import WriteResult
 from airflow_streambatch.engine.output.commit import CommitRecord
 from airflow_streambatch.engine.output.target import OutputTarget
@@ -28,6 +29,7 @@ from airflow_streambatch.engine.spark.session import get_spark, ship_user_module
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus, stop_reason
 from airflow_streambatch.epochs.manifest import EpochManifest
 from airflow_streambatch.epochs.outputs import OUTPUT_FORMATS, EpochOutput
+from airflow_streambatch.epochs.pipeline_ref import load_pipeline
 
 log = logging.getLogger("airflow_streambatch.epochs")
 
@@ -45,24 +47,6 @@ Pipeline = Callable[..., Dataset]
 PROGRESS_INTERVAL_S = 2.0
 
 
-def load_pipeline(spec: str | Pipeline) -> Pipeline:
-    """``"package.module:function"`` -> the function (a callable passes through)."""
-    if callable(spec):
-        return spec
-    module_name, sep, attr = str(spec).partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"pipeline must be 'module:function' (e.g. 'dags.embed:pipeline'), got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"cannot import pipeline module {module_name!r} of {spec!r}: {exc}. The module must be "
-                          "importable in the Airflow worker (the DAG folder and plugins are on sys.path)") from exc
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ValueError(f"pipeline {spec!r}: {module_name} has no function {attr!r}")
-    return fn
-
-
 def check_formats(input_format: str, output_format: str) -> None:
     if input_format not in READERS:
         raise ValueError(f"input_format={input_format!r} is not one of {sorted(READERS)}")
@@ -70,17 +54,28 @@ def check_formats(input_format: str, output_format: str) -> None:
         raise ValueError(f"output_format={output_format!r} is not one of {list(OUTPUT_FORMATS)}")
 
 
-def read_epoch(manifest: EpochManifest, input_format: str = "parquet") -> Dataset:
+def read_epoch(manifest: EpochManifest, input_format: str = "parquet", *, columns: list[str] | None = None,
+               row_filter=None) -> Dataset:
     """The epoch's inputs as a Dataset: one input partition per manifest partition, in manifest order.
 
     A manifest of whole files reads them as before; one with ranges (a large file split
     by the sensor's ``max_partition_bytes``) reads exactly its partitions, so read task
-    ``i`` is manifest partition ``i`` on every try.
+    ``i`` is manifest partition ``i`` on every try. ``columns`` and ``row_filter`` (a
+    pyarrow expression) prune every partition's read: inside the Parquet scan, or for the
+    other formats on what each read task parses (`engine.read_pruning`); which partitions
+    there are, and so the commit records, do not change.
     """
+    where = f"read_epoch(input_format={input_format!r})"
+    columns, row_filter = check_columns(columns, where), check_filter(row_filter, where, "row_filter")
     if all(p.whole for p in manifest.partitions):
-        return READERS[input_format](manifest.paths, override_num_blocks=len(manifest.paths))
+        if input_format == "parquet":
+            return read_api.read_parquet(manifest.paths, override_num_blocks=len(manifest.paths), columns=columns,
+                                         filter=row_filter)
+        ds = READERS[input_format](manifest.paths, override_num_blocks=len(manifest.paths))
+        return prune_reads(ds, columns, row_filter, where)
     try:
-        return read_api.read_fragments([p.fragment() for p in manifest.partitions], input_format)
+        return read_api.read_fragments([p.fragment() for p in manifest.partitions], input_format, columns=columns,
+                                       filter=row_filter)
     except ValueError as exc:
         raise ValueError(f"epoch {manifest.interval_start}..{manifest.interval_end}: the manifest splits files into "
                          f"ranges that input_format={input_format!r} cannot read ({exc}); use the format the files "
@@ -111,10 +106,13 @@ def run_epoch(
     context_overrides: dict | None = None,
     on_progress: Callable[[EpochRecord], None] | None = None,
     spark_ui_url: str | None = None,
+    columns: list[str] | None = None,
+    row_filter=None,
 ) -> EpochRecord:
     """Run ``pipeline`` over the epoch and commit each input partition to ``output_path``: a
     directory, or with ``output_format="delta"``/``"iceberg"`` a table (`outputs.EpochOutput`;
-    ``output_options`` are the write's keyword arguments).
+    ``output_options`` are the write's keyword arguments). ``columns`` and ``row_filter``
+    (a `pyarrow.compute.Expression`) prune what each partition reads (`read_epoch`).
 
     Partitions committed by an earlier run are skipped; a failing partition is
     recorded with its error while the others commit (the caller decides whether
@@ -141,11 +139,11 @@ def run_epoch(
     with (DataContext.get_current().scoped(**(context_overrides or {})),
           OutputTarget.open(output.record_dir(manifest.interval_start, manifest.interval_end)) as target):
         return _run_epoch(manifest, pipeline, output, target, input_format, pipeline_kwargs,
-                          full_recompute, on_progress, spark_ui_url)
+                          full_recompute, on_progress, spark_ui_url, (columns, row_filter))
 
 
 def _run_epoch(manifest, pipeline, output: EpochOutput, target: OutputTarget, input_format, pipeline_kwargs,
-               full_recompute, on_progress, spark_ui_url) -> EpochRecord:
+               full_recompute, on_progress, spark_ui_url, pruning=(None, None)) -> EpochRecord:
     output_path = output.describe()
     fn = load_pipeline(pipeline)
     checkpoint = EpochCheckpoint(target.path, target.lease)
@@ -208,8 +206,13 @@ def _run_epoch(manifest, pipeline, output: EpochOutput, target: OutputTarget, in
     ctx.max_failed_partitions = len(manifest.partitions)  # isolate every failure; the epoch reports them
     with ctx.scoped():
         try:
-            ship_user_module(get_spark(), fn.__module__)
-            ds = fn(read_epoch(manifest, input_format), manifest, **(pipeline_kwargs or {}))
+            # a function unpickled by value (@task.streambatch in spark-submit's driver) names a module this
+            # process never imported, maybe one no process can (unusual_prefix_<hash>_<file>): its code came along
+            if fn.__module__ in sys.modules:
+                ship_user_module(get_spark(), fn.__module__)
+            columns, row_filter = pruning
+            inputs = read_epoch(manifest, input_format, columns=columns, row_filter=row_filter)
+            ds = fn(inputs, manifest, **(pipeline_kwargs or {}))
             if not isinstance(ds, Dataset):
                 raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "
                                 f"got {type(ds).__name__}")

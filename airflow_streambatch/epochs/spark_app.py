@@ -2,9 +2,12 @@
 
     spark-submit --master spark://host:7077 .../airflow_streambatch/epochs/spark_app.py spec.json
 
-The spec holds the pipeline (``module:function``), the output path and formats, and the
-manifest: a pointer to the durable manifest the sensor wrote (its URI and fingerprint,
-read back and checked here), or the whole manifest when there is no such file. The
+The spec holds the pipeline (``module:function``, or a ``@task.streambatch`` function pickled by
+value: `pipeline_by_value`), the output path and formats, the read's
+``columns`` and ``row_filter`` (a pyarrow expression as `read_pruning.encode_filter` text: the
+spec is a 0600 file, never a command line), and the manifest: a pointer to the durable
+manifest the sensor wrote (its URI and fingerprint, read back and checked here), or the
+whole manifest when there is no such file. The
 outcome is the durable epoch record the run writes next to the output
 (``<output>/_epoch.json``), which the operator reads back after spark-submit exits;
 the exit status is non-zero only when the run itself broke (not for failed partitions,
@@ -26,13 +29,15 @@ import sys
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
+from airflow_streambatch.engine.read_pruning import decode_filter
 from airflow_streambatch.engine.spark.session import SPARK_DEFAULTS
 from airflow_streambatch.epochs.manifest import EpochManifest
 from airflow_streambatch.epochs.manifest_store import read_manifest
+from airflow_streambatch.epochs.pipeline_by_value import decode_pipeline
 from airflow_streambatch.epochs.runner import run_epoch
 
 
-def spec_for(manifest: EpochManifest, pipeline: str, manifest_uri: str | None = None, **options) -> dict:
+def spec_for(manifest: EpochManifest, pipeline: str | dict, manifest_uri: str | None = None, **options) -> dict:
     """The JSON spec that `main` runs (the operator writes it to a file for spark-submit).
 
     With ``manifest_uri`` (where the sensor froze ``manifest``) the spec stays a few
@@ -73,11 +78,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         record = run_epoch(
-            manifest_of(spec), spec["pipeline"], output_path=spec["output_path"],
+            manifest_of(spec), decode_pipeline(spec["pipeline"]), output_path=spec["output_path"],
             input_format=spec.get("input_format", "parquet"), output_format=spec.get("output_format", "parquet"),
             output_options=spec.get("output_options"),
             pipeline_kwargs=spec.get("pipeline_kwargs"), full_recompute=spec.get("full_recompute", False),
             context_overrides=spec.get("context_overrides"), spark_ui_url=spark.sparkContext.uiWebUrl,
+            columns=spec.get("columns"), row_filter=decode_filter(spec.get("row_filter")),
         )
         print(json.dumps(record.summary()))
     finally:

@@ -10,14 +10,17 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, BaseOperator
+from airflow.sdk import Asset, BaseOperator, XComArg
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_streambatch.engine.context import DataContext, is_templated
 from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.read_pruning import check_columns, check_filter, encode_filter
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, as_uri, record_uri, stop_reason
 from airflow_streambatch.epochs.outputs import EpochOutput
 from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest, list_inputs
 from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
+from airflow_streambatch.epochs.pipeline_ref import check_pipeline_ref, find_pipeline_module
 from airflow_streambatch.epochs.runner import check_formats, check_output_apart, load_pipeline, run_epoch
 from airflow_streambatch.epochs.spark_app import spec_for
 from airflow_streambatch.epochs.summary import MAX_FAILED_SHOWN, epoch_summary
@@ -52,6 +55,11 @@ class EpochPartitionsFailed(AirflowException):
             f"Clearing task {task_id} (Airflow UI: Clear; REST: POST /api/v2/dags/{dag_id}/clearTaskInstances), "
             f"or its next retry, reruns only these {len(failed)} partition(s)."
         )
+
+
+def _known_at_run_time(value: Any) -> bool:
+    """A template string or an XCom (another task's output): Airflow gives its value only when the task runs."""
+    return (isinstance(value, str) and is_templated(value)) or isinstance(value, XComArg)
 
 
 class StreamBatchOperator(BaseOperator):
@@ -101,14 +109,21 @@ class StreamBatchOperator(BaseOperator):
     :param full_recompute: delete the epoch's committed output and recompute every partition
         (templated: ``"{{ params.full_recompute }}"`` lets a manual trigger ask for it).
     :param output_asset: the Asset this output is; each committed epoch emits an event with its summary.
+    :param columns: the input columns the pipeline gets, in this order (templated; None: all).
+    :param row_filter: only input rows where this `pyarrow.compute.Expression` holds, e.g.
+        ``pc.field("lang") == "en"`` (not templated); it may name columns ``columns`` leaves out.
+        Parquet: both go into the scan (other columns not decoded, row groups whose statistics
+        exclude the filter not fetched); other formats: applied to each table in the read task.
+        Each partition still commits once. spark_submit: pickled in the 0600 spec file.
     """
 
     template_fields: Sequence[str] = ("pipeline", "output_path", "manifest", "input_path", "pipeline_kwargs",
-                                      "spark_conf", "data_context", "full_recompute", "output_options")
+                                      "spark_conf", "data_context", "full_recompute", "output_options", "columns")
     template_fields_renderers = {"manifest": "json", "pipeline_kwargs": "json", "spark_conf": "json",
                                  "data_context": "json", "output_options": "json"}
     operator_extra_links = (SparkUILink(), EpochOutputLink())
     ui_color = "#fdf0d5"
+    pipeline_by_value = False  # True: spark_submit ships a function object itself (@task.streambatch)
 
     def __init__(self, *, pipeline: Any, output_path: str, manifest: dict | str | None = None,
                  input_path: str | None = None, input_format: str = "parquet", output_format: str = "parquet",
@@ -116,14 +131,15 @@ class StreamBatchOperator(BaseOperator):
                  deploy_mode: str = "in_process", spark_conf: dict | None = None, data_context: dict | None = None,
                  full_recompute: bool = False, output_asset: Asset | None = None,
                  max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES, storage_conn_id: str | None = None,
-                 output_options: dict | None = None, **kwargs: Any) -> None:
+                 output_options: dict | None = None, columns: list[str] | str | None = None, row_filter=None,
+                 **kwargs: Any) -> None:
         if output_asset is not None:
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), output_asset]
         super().__init__(**kwargs)
         check_formats(input_format, output_format)
         if deploy_mode not in DEPLOY_MODES:
             raise ValueError(f"StreamBatchOperator(deploy_mode={deploy_mode!r}) must be one of {DEPLOY_MODES}")
-        if deploy_mode == "spark_submit" and not isinstance(pipeline, str):
+        if deploy_mode == "spark_submit" and not isinstance(pipeline, str) and not self.pipeline_by_value:
             raise ValueError("deploy_mode='spark_submit' runs the pipeline in another process: pass it as "
                              "'module:function', not a function object")
         self.pipeline = pipeline
@@ -142,6 +158,27 @@ class StreamBatchOperator(BaseOperator):
         self.data_context = data_context or {}
         self.full_recompute = full_recompute
         self.output_asset = output_asset
+        where = f"StreamBatchOperator {self.task_id}"  # read pruning: checked now unless columns is a template
+        self.columns = columns if isinstance(columns, str) and "{{" in columns else check_columns(columns, where)
+        self.row_filter = check_filter(row_filter, where, "row_filter")
+        self._check_arguments(rendered=False)  # a mistake fails the DAG's import, not the task hours later
+
+    def _check_arguments(self, rendered: bool) -> None:
+        """Check the pipeline reference's form and every ``data_context`` key and value, naming the argument
+        and the fix: when the DAG file is parsed (``rendered=False``; a template's or an XCom's value is not
+        known yet and waits) and in ``execute`` once everything is rendered. Nothing is imported: importing
+        the pipeline's module (its models, torch) on every parse would slow the DAG processor down, so
+        ``execute`` does that, before Spark starts."""
+        try:
+            if rendered or not _known_at_run_time(self.pipeline):
+                fileloc = getattr(self.dag, "fileloc", None) if self.has_dag() else None
+                check_pipeline_ref(self.pipeline, dag_folder=os.path.dirname(fileloc) if fileloc else None)
+            if rendered:  # a template rendered without native objects gives strings: "2147483648", "True"
+                self.data_context = DataContext.check_settings(self.data_context, parse_strings=True)
+            elif not _known_at_run_time(self.data_context):
+                DataContext.check_settings(self.data_context, skip_templated=True)
+        except ValueError as exc:
+            raise ValueError(f"StreamBatchOperator {self.task_id}: {exc}") from None
 
     @cached_property
     def _output(self) -> EpochOutput:
@@ -156,6 +193,7 @@ class StreamBatchOperator(BaseOperator):
 
     # -- execution ------------------------------------------------------------------
     def execute(self, context: Context) -> dict:
+        self._check_arguments(rendered=True)
         self._executing = True  # on_kill turns a SIGTERM into an exception only while the epoch runs
         try:
             # the store's credentials for everything that reads or writes it: listings, the manifest, Spark, records
@@ -192,14 +230,17 @@ class StreamBatchOperator(BaseOperator):
                                output_format=self.output_format, output_options=self.output_options,
                                pipeline_kwargs=self.pipeline_kwargs,
                                full_recompute=self.full_recompute, context_overrides=self.data_context,
-                               on_progress=lambda r: self._save_progress(store, r), spark_ui_url=ui)
+                               on_progress=lambda r: self._save_progress(store, r), spark_ui_url=ui,
+                               columns=self._columns(), row_filter=self.row_filter)
         else:
-            spec = spec_for(manifest, self.pipeline, self._manifest_uri, output_path=self.output_path,
+            find_pipeline_module(self.pipeline)  # spark-submit's driver imports it: fail here, before it starts
+            spec = spec_for(manifest, self._driver_pipeline(), self._manifest_uri, output_path=self.output_path,
                             input_format=self.input_format, output_format=self.output_format,
                             output_options=self.output_options,
                             pipeline_kwargs=self.pipeline_kwargs,
                             full_recompute=self.full_recompute, context_overrides=self.data_context,
-                            app_name=self.hook.app_name)
+                            app_name=self.hook.app_name, columns=self._columns(),
+                            row_filter=encode_filter(self.row_filter))
             dag_folder = os.path.dirname(os.path.abspath(self.dag.fileloc)) if self.has_dag() else None
             try:
                 self.hook.submit_epoch(spec, python_path=[dag_folder] if dag_folder else None)
@@ -291,6 +332,15 @@ class StreamBatchOperator(BaseOperator):
             driver = record.reason if record.status == "failed" else "did not record its end"
             record.status, record.reason = "failed", f"{stop_reason(exc)}; the spark-submit driver: {driver}"
             checkpoint.save(record)
+
+    def _driver_pipeline(self) -> str | dict:
+        """The pipeline as the spark-submit spec carries it: the ``"module:function"`` reference its driver
+        imports (`decorators.streambatch` ships the function itself instead)."""
+        return self.pipeline
+
+    def _columns(self) -> list[str] | None:
+        """``columns`` as rendered (a template gives a list with native rendering, else its text: refused)."""
+        return check_columns(self.columns, f"StreamBatchOperator {self.task_id}")
 
     def _epoch_manifest(self, context: Context) -> EpochManifest:
         self._manifest_uri = None  # the record's, unless the sensor wrote the manifest somewhere

@@ -37,6 +37,22 @@ def test_the_connection_form_comes_from_provider_info_as_airflow_reads_it():
     assert ProvidersManager().hooks["streambatch"].hook_name == "Streaming batch on Spark"
 
 
+def test_provider_info_validates_against_airflows_schema_and_registers_task_streambatch():
+    """The schema Airflow's ProvidersManager validates every provider's info with (it skips a provider whose
+    info does not validate), and the TaskFlow decorator it registers from ``task-decorators``."""
+    from airflow.providers_manager import _create_provider_info_schema_validator
+    from airflow.sdk import task
+
+    from airflow_streambatch.decorators.streambatch import streambatch_task
+    from airflow_streambatch.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    _create_provider_info_schema_validator().validate(info)  # raises jsonschema.ValidationError
+    assert info["task-decorators"] == [{"class-name": "airflow_streambatch.decorators.streambatch.streambatch_task",
+                                        "name": "streambatch"}]
+    assert task.streambatch is streambatch_task
+
+
 def test_the_sensor_defaults_to_operators_default_deferrable():
     from airflow_streambatch.sensors.epoch import EpochSensor
 

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from airflow_streambatch.engine.spark.cluster import standalone_workers
 from airflow_streambatch.engine.spark.java import ensure_java
+from airflow_streambatch.engine.spark.local_gpus import check_slots, detect_local_gpus
 from airflow_streambatch.engine.spark.profiles import (
     dynamic_allocation,
     engine_name,
@@ -280,14 +281,22 @@ def slots_from_spark(spark: SparkSession, requests: Iterable[Mapping[str, float]
     Resources are counted where the tasks will run (`profiles.offered`): the executors that
     own them (only some may: a heterogeneous cluster), or under dynamic allocation the
     standalone workers that have them, since executors with GPUs start only when GPU tasks
-    wait. Local mode counts no resources (``DataContext.resources`` gives them).
+    wait. Local mode counts the machine's GPUs (`local_gpus`: ``CUDA_VISIBLE_DEVICES``, else
+    ``nvidia-smi``) and no other resource (``DataContext.resources`` gives them). A request for
+    more than there is fails here, the error naming the setting for where Spark runs.
     """
     sc = spark.sparkContext
+    requests = list(requests)
     cores = _dynamic_cluster_cores(sc, default_profile=True)
     slots: dict[str, float] = {"CPU": float(cores if cores is not None else sc.defaultParallelism)}
     names = {name for request in requests for name in spark_resources(request)}
-    for name, amount in (offered(sc, names) or {}).items():
-        slots[engine_name(name)] = amount
+    if is_local(sc):
+        if "gpu" in names:
+            slots["GPU"] = float(detect_local_gpus())
+    else:
+        for name, amount in (offered(sc, names) or {}).items():
+            slots[engine_name(name)] = amount
+    check_slots(sc.master, requests, slots)
     return slots
 
 
