@@ -91,7 +91,8 @@ def main() -> None:
         rows.append([shape.name, shape.blocks, f"{off:.2f}", f"{on:.2f}", f"{on / off:.2f}x"]
                     + [f"{median(shape.name, m, 'first_row_s'):.2f}" for m in ("off", "on")]
                     + [f"{median(shape.name, m, 'peak_bytes'):,.0f}" for m in ("off", "on")])
-    table = (f"preserve_order off (default) vs on, {SLOTS} CPU slots, default engine settings, median of {repeats} "
+    table = (f"preserve_order off (default) vs on, {SLOTS} CPU slots, default engine settings; each shape's "
+             f"block count set by `override_num_blocks` (the shape, e.g. 256 one-row blocks), median of {repeats} "
              "interleaved runs\n\n"
              + markdown_table(["shape", "blocks", "off: total (s)", "on: total (s)", "on / off", "off: first row (s)",
                                "on: first row (s)", "off: peak buffered (bytes)", "on: peak buffered (bytes)"], rows))

@@ -203,7 +203,8 @@ def main() -> None:
              f"{r['sensor_ms_per_partition']:.3f}",
              f"{r['list_ms_per_partition']:.3f} / {r['list_before_ms_per_partition']:.3f}",
              f"{r['xcom_bytes']:,}", f"{r['xcom_before']:,}", f"{r['record_bytes']:,}"] for r in runs]
-    table = (f"W9: epochs of one-file partitions (tiny Parquet files), {cfg.slots} slots; engine alone vs the "
+    table = (f"W9: epochs of one-file partitions (tiny Parquet files), {cfg.slots} slots; engine alone "
+             f"(one block per file through `override_num_blocks`, as the epoch's partitions are) vs the "
              f"operator's path (the fastest of {cfg.reps} runs each up to 2,000 partitions, of 2 above)\n\n"
              + markdown_table(["partitions", "engine alone (s)", "operator path (s)",
                                "end-to-end difference (ms/partition)", "epoch layer's own time (ms/partition)",
