@@ -120,3 +120,24 @@ def test_on_a_cluster_the_error_names_spark_resource_settings():
     with pytest.raises(ClusterResourcesError, match=r"local mode \(local\[2\]\) cannot discover 'tpu'.*'tpu': 2"):
         check_slots("local[2]", [{"tpu": 1.5}], {"CPU": 2})
     check_slots("spark://h:7077", [{"CPU": 64, "GPU": 0.25}], {"CPU": 2, "GPU": 1})  # CPU time-shares: fine
+
+
+def test_local_gpu_ids_are_positions_in_the_devices_the_worker_inherited(monkeypatch):
+    """Local mode numbers GPUs 0..n-1 over ``CUDA_VISIBLE_DEVICES`` as CUDA does: with 5,7
+    inherited, the driver's GPU 1 is device 7 (writing "1" sent the task to a device it
+    was not given). A CPU task after it gets the inherited list back; a cluster's ids are
+    Spark's addresses, the devices themselves."""
+    from airflow_streambatch.engine.worker import udf
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    monkeypatch.delenv(udf._SET_BY_US, raising=False)
+    udf.gpu_env(("1",), local=True)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "7"
+    udf.gpu_env(("0",), local=True)  # the same (reused) worker, another GPU task
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    udf.gpu_env(())
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5,7"
+    udf.gpu_env(("3",), local=False)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+    udf.gpu_env(())
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5,7"

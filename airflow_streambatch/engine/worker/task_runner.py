@@ -184,9 +184,10 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     inputs, lost, fetched = _fetch_inputs(op, spec)
     if lost:  # the driver rebuilds them by lineage, then runs this task again
         return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost)
-    env = TaskEnv(gpu_ids=_task_gpus(spec), task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions,
+    gpu_ids, local = _task_gpus(spec)
+    env = TaskEnv(gpu_ids=gpu_ids, task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions,
                   control=op.control)
-    gpu_env(env.gpu_ids)
+    gpu_env(env.gpu_ids, local=local)
     output = TaskOutput(op, spec)
     builder = BlockBuilder(op.target_block_bytes, output.emit)
     input_bytes = sum(ref.size_bytes for ref in spec.inputs)
@@ -226,8 +227,8 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     )
 
 
-def _task_gpus(spec: TaskSpec) -> tuple[str, ...]:
-    """The GPUs this task may use.
+def _task_gpus(spec: TaskSpec) -> tuple[tuple[str, ...], bool]:
+    """The GPUs this task may use, and whether the driver numbered them (local mode).
 
     On a cluster only Spark knows which GPUs of which host a task holds: it assigns them by
     the operator's resource profile, and the backend marks every cluster job with what its
@@ -244,9 +245,9 @@ def _task_gpus(spec: TaskSpec) -> tuple[str, ...]:
         ctx = None
     asked = ctx.getLocalProperty("streambatch.sparkResources") if ctx is not None else None
     if asked is None:  # local mode, or outside Spark
-        return spec.gpu_ids
+        return spec.gpu_ids, True
     if "gpu" not in asked.split(","):
-        return ()  # a CPU operator holds no GPU, even on an executor that has some
+        return (), False  # a CPU operator holds no GPU, even on an executor that has some
     gpus = ctx.resources().get("gpu")
     if gpus is None or not gpus.addresses:
         raise RuntimeError(
@@ -254,7 +255,7 @@ def _task_gpus(spec: TaskSpec) -> tuple[str, ...]:
             "spark.dynamicAllocation.enabled=true (executors with GPUs for GPU operators) or "
             "spark.executor.resource.gpu.amount, and spark.worker.resource.gpu.amount with "
             "spark.worker.resource.gpu.discoveryScript on the GPU workers (docs/cluster-gpus.md)")
-    return tuple(gpus.addresses)
+    return tuple(gpus.addresses), False
 
 
 def _remove(path: str) -> None:

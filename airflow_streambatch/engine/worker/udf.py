@@ -151,16 +151,29 @@ def chain(transforms: list, tables: Iterator[pa.Table], env: TaskEnv) -> Iterato
     return tables
 
 
-_SET_BY_US = "STREAMBATCH_SET_CUDA_VISIBLE_DEVICES"
+_SET_BY_US = "STREAMBATCH_SET_CUDA_VISIBLE_DEVICES"  # holds what the worker inherited ("" for nothing)
 
 
-def gpu_env(gpu_ids: tuple[str, ...]) -> None:
+def gpu_env(gpu_ids: tuple[str, ...], local: bool = False) -> None:
     """Expose only the task's GPUs to frameworks that honour CUDA_VISIBLE_DEVICES.
 
-    Workers are reused across operators, so a CPU task undoes what a GPU task set.
+    Workers are reused across operators, so a CPU task restores what a GPU task changed.
+    In local mode the driver numbers the machine's GPUs 0..n-1 as CUDA does, that is over
+    the devices the worker inherited (``CUDA_VISIBLE_DEVICES=2,3``: 0 is device 2), so
+    ``local`` ids are positions in that list; on a cluster they are Spark's addresses.
     """
+    inherited = os.environ.get(_SET_BY_US)
+    if inherited is None:
+        inherited = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     if gpu_ids:
+        devices = [d.strip() for d in inherited.split(",") if d.strip()]
+        if local and devices:
+            gpu_ids = tuple(devices[int(i)] if i.isdigit() and int(i) < len(devices) else i for i in gpu_ids)
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
-        os.environ[_SET_BY_US] = "1"
-    elif os.environ.pop(_SET_BY_US, None):
-        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        os.environ[_SET_BY_US] = inherited
+    elif _SET_BY_US in os.environ:
+        os.environ.pop(_SET_BY_US)
+        if inherited:
+            os.environ["CUDA_VISIBLE_DEVICES"] = inherited
+        else:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
