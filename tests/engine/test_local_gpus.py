@@ -17,7 +17,8 @@ import pytest
 
 import airflow_streambatch.engine as sb
 from airflow_streambatch.engine.spark import local_gpus
-from airflow_streambatch.engine.spark.local_gpus import check_slots, visible_devices
+from airflow_streambatch.engine.spark.local_gpus import check_slots
+from airflow_streambatch.engine.worker.udf import visible_devices
 from airflow_streambatch.engine.spark.profiles import ClusterResourcesError
 
 HERE = os.path.dirname(os.path.abspath(__file__))

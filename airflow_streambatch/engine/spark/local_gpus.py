@@ -17,20 +17,18 @@ import functools
 import logging
 import math
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from airflow_streambatch.engine.spark.profiles import DOCS, ClusterResourcesError
+from airflow_streambatch.engine.worker.udf import visible_devices
 
 log = logging.getLogger(__name__)
 
 NVIDIA_SMI_TIMEOUT_S = 10.0
 NVIDIA_SMI_ARGS = ("--query-gpu=index", "--format=csv,noheader")
-# a device in CUDA_VISIBLE_DEVICES: an index or a GPU/MIG UUID; CUDA ignores the list from the first that is not
-_DEVICE = re.compile(r"\d+|(GPU|MIG)-[\w/-]+")
 
 
 @dataclass(frozen=True)
@@ -39,18 +37,6 @@ class LocalGpus:
 
     count: int
     source: str
-
-
-def visible_devices(value: str) -> list[str]:
-    """The devices a ``CUDA_VISIBLE_DEVICES`` value names, as CUDA reads it: up to the first entry
-    that is not a device (``-1``, ``none``), so ``""`` and ``"-1"`` name none."""
-    devices = []
-    for entry in value.split(","):
-        entry = entry.strip()
-        if not _DEVICE.fullmatch(entry):
-            break
-        devices.append(entry)
-    return devices
 
 
 def local_gpus() -> LocalGpus:

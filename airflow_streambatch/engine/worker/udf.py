@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -151,6 +152,22 @@ def chain(transforms: list, tables: Iterator[pa.Table], env: TaskEnv) -> Iterato
     return tables
 
 
+# a device in CUDA_VISIBLE_DEVICES: an index or a GPU/MIG UUID; CUDA ignores the list from the first that is not
+_DEVICE = re.compile(r"\d+|(GPU|MIG)-[\w/-]+")
+
+
+def visible_devices(value: str) -> list[str]:
+    """The devices a ``CUDA_VISIBLE_DEVICES`` value names, as CUDA reads it: up to the first entry
+    that is not a device (``-1``, ``none``), so ``""`` and ``"-1"`` name none."""
+    devices = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not _DEVICE.fullmatch(entry):
+            break
+        devices.append(entry)
+    return devices
+
+
 _SET_BY_US = "STREAMBATCH_SET_CUDA_VISIBLE_DEVICES"  # holds what the worker inherited ("" for nothing)
 
 
@@ -166,7 +183,7 @@ def gpu_env(gpu_ids: tuple[str, ...], local: bool = False) -> None:
     if inherited is None:
         inherited = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     if gpu_ids:
-        devices = [d.strip() for d in inherited.split(",") if d.strip()]
+        devices = visible_devices(inherited)
         if local and devices:
             gpu_ids = tuple(devices[int(i)] if i.isdigit() and int(i) < len(devices) else i for i in gpu_ids)
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
