@@ -47,38 +47,18 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 
 from benchmarks.common import MiB, markdown_table, parse_args, save, slot
 from benchmarks.w1_memory import W1, inference, load, transform
+from benchmarks.w7_hosts import CORES_PER_WORKER, W7, _emit, _root, _session
+from benchmarks.w7_transport import transport_driver
 
-_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _tests = os.path.join(_root, "tests")
 
-CORES_PER_WORKER = 4  # 8 Spark task slots in all, as W1's local[cpus + gpus + 2]; the machine has 2 real cores
 WORKER_MEMORY = "2g"
 GPU_DISCOVERY = '#!/bin/sh\necho \'{"name": "gpu", "addresses": ["0"]}\'\n'  # one pretend GPU per worker
-
-
-@dataclass
-class W7:
-    tasks: int = 48  # W1's full size: optimum 36 s
-    rows: int = 40
-    load_s: float = 1.0
-    row_s: float = 0.05
-    batch_rows: int = 20
-    batch_s: float = 0.1
-    cpus: int = 4
-    gpus: int = 2  # one pretend GPU per worker
-    memory_limit_mib: int = 512  # W1 sweeps its memory limit; W7 runs at one of W1's points
-    repeats: int = 3  # (a, b) pairs, alternated
-    block_mib: int = 128
-    reads: int = 3  # best of
-
-    def w1(self) -> W1:
-        return W1(tasks=self.tasks, rows=self.rows, load_s=self.load_s, row_s=self.row_s,
-                  batch_rows=self.batch_rows, batch_s=self.batch_s, cpus=self.cpus, gpus=self.gpus)
 
 
 QUICK = W7(tasks=16, rows=20, repeats=1, block_mib=16)
@@ -93,37 +73,11 @@ def gpu_inference(batch, cfg: W1, locks: str):
 
 
 # -- the drivers (each a process on its own host, started by `NamespacedCluster.run_driver`) -------
-def _session(spec: dict, name: str, conf: dict[str, str]):
-    from pyspark.sql import SparkSession
-
-    from airflow_streambatch.engine.spark.session import with_spark_defaults
-
-    slots = CORES_PER_WORKER * 2
-    spark = (
-        SparkSession.builder.master(spec["master"]).appName(f"streambatch-w7-{name}")
-        .config("spark.executor.cores", str(CORES_PER_WORKER)).config("spark.cores.max", str(slots))
-        .config("spark.pyspark.python", sys.executable).config("spark.executorEnv.PYTHONPATH", _root)
-        .config(map=with_spark_defaults({"spark.ui.enabled": "false", **conf}))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    sc, deadline = spark.sparkContext, time.monotonic() + 120
-    while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # the driver's block manager and 2 executors
-        if time.monotonic() > deadline:
-            raise RuntimeError("the two executors did not register within 120 s")
-        time.sleep(0.2)
-    return spark
-
-
 def _cpu_ticks() -> tuple[int, int]:
     """(busy, total) CPU ticks of the machine so far (/proc/stat; every namespace sees the same)."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:9]]
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
-
-
-def _emit(kind: str, payload: dict) -> None:
-    print(f"{kind} " + json.dumps(payload), flush=True)
 
 
 def _output_check(out: str, table, cfg: W7) -> dict:
@@ -205,7 +159,6 @@ def pipeline_driver(spec: dict) -> None:
 
 def driver_main(argv: list[str]) -> None:
     """A driver process (``_drive`` starts it on a host of its own): ``argv`` is the kind, then the spec's JSON."""
-    from benchmarks.w7_transport import transport_driver  # imports this module: not at the top
 
     kind, spec = argv[0], json.loads(argv[1])
     {"pipeline": pipeline_driver, "transport": transport_driver}[kind](spec)

@@ -20,7 +20,7 @@ import uuid
 from functools import partial
 
 from benchmarks.common import MiB
-from benchmarks.w7_multihost import CORES_PER_WORKER, W7, _emit, _session
+from benchmarks.w7_hosts import CORES_PER_WORKER, W7, _emit, _session
 
 
 # -- executed on the hosts (module-level: Spark workers import them from this module) -----------

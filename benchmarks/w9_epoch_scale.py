@@ -92,13 +92,13 @@ def list_before(path: str) -> int:
     return count
 
 
-def sensor(in_dir: str, start: str, end: str) -> tuple[dict, float, float, float]:
+def sensor(in_dir: str, manifest_dir: str, start: str, end: str) -> tuple[dict, float, float, float]:
     """(the XCom pointer, seconds to list and freeze, seconds to list now and as before: fastest of 3)."""
     from airflow_streambatch.epochs import EpochManifest, list_inputs
-    from airflow_streambatch.epochs.manifest_store import default_manifest_dir, freeze
+    from airflow_streambatch.epochs.manifest_store import freeze
 
     seconds, pointer = timed(lambda: freeze(EpochManifest(start, end, list_inputs(in_dir)),
-                                            default_manifest_dir(in_dir)))
+                                            manifest_dir))
     list_s = min(timed(lambda: list_inputs(in_dir))[0] for _ in range(3))
     before_s = min(timed(lambda: list_before(in_dir))[0] for _ in range(3))
     return pointer, seconds, list_s, before_s
@@ -144,7 +144,7 @@ def measure(cfg: W9, n: int, work: str) -> dict:
     in_dir = f"{work}/in-{n}"
     write_files(in_dir, n)
     start, end = "2026-11-22T09:00:00+00:00", "2026-11-22T10:00:00+00:00"
-    pointer, sensor_s, list_s, list_before_s = sensor(in_dir, start, end)
+    pointer, sensor_s, list_s, list_before_s = sensor(in_dir, f"{work}/manifests", start, end)
     paths = [f"{in_dir}/part-{i:06d}.parquet" for i in range(n)]
     reps = cfg.reps if n <= 2_000 else 2
     engine_s, epoch_s, layer_s = [], [], []

@@ -42,11 +42,14 @@ with DAG(
     tags=["streambatch", "example"],
     doc_md=__doc__,
 ):
-    wait = EpochSensor(task_id="wait_for_epoch", input_path=f"{ROOT}/in/{HOUR}", frontier="marker",
-                       mode="reschedule", poke_interval=60, timeout=int(timedelta(hours=6).total_seconds()))
+    # output_path: the sensor writes the epoch manifest beside the output (never under the input)
+    wait = EpochSensor(task_id="wait_for_epoch", input_path=f"{ROOT}/in/{HOUR}",
+                       output_path=f"{ROOT}/embeddings/{HOUR}", frontier="marker", mode="reschedule",
+                       poke_interval=60, timeout=int(timedelta(hours=6).total_seconds()))
 
     @task.streambatch(manifest=wait.output, output_path=f"{ROOT}/embeddings/{HOUR}", output_asset=EMBEDDINGS,
-                      conn_id=SPARK_CONN, deploy_mode=DEPLOY_MODE, full_recompute="{{ params.full_recompute }}")
+                      conn_id=SPARK_CONN, deploy_mode=DEPLOY_MODE, full_recompute="{{ params.full_recompute }}",
+                      output_asset_partitioned=True)  # one run of embeddings_by_hour.py per epoch
     def embed(ds, epoch, *, batch_size: int = 256, concurrency: int | None = None):
         """Clean on every CPU slot, then the hashing embedder."""
         return (ds.map_batches(clean, batch_size=1024, batch_format="pyarrow")

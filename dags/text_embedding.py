@@ -53,11 +53,14 @@ def text_embedding_dag(dag_id: str, pipeline: str, pipeline_kwargs: dict, descri
         tags=["streambatch", "example"],
         doc_md=__doc__,
     ) as dag:
-        epoch = EpochSensor(task_id="wait_for_epoch", input_path=f"{ROOT}/in/{HOUR}", frontier="marker",
-                            mode="reschedule", poke_interval=60, timeout=int(timedelta(hours=6).total_seconds()))
+        # output_path: the sensor writes the epoch manifest beside the output (never under the input)
+        epoch = EpochSensor(task_id="wait_for_epoch", input_path=f"{ROOT}/in/{HOUR}",
+                            output_path=f"{ROOT}/embeddings/{HOUR}", frontier="marker", mode="reschedule",
+                            poke_interval=60, timeout=int(timedelta(hours=6).total_seconds()))
         StreamBatchOperator(
             task_id="embed", manifest=epoch.output, pipeline=pipeline, pipeline_kwargs=pipeline_kwargs,
             output_path=f"{ROOT}/embeddings/{HOUR}", output_asset=EMBEDDINGS, streambatch_conn_id=SPARK_CONN,
+            output_asset_partitioned=True,  # one run of embeddings_by_hour.py per epoch
             full_recompute="{{ params.full_recompute }}",
         )
     return dag

@@ -25,3 +25,21 @@ def wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float =
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise TimeoutError(f"{what} did not listen on port {port} within {timeout:.0f} s") from None
             time.sleep(0.1)
+
+
+def free_port_range(n: int) -> range:
+    """``n`` consecutive loopback ports that are free now (for settings that take a port range)."""
+    for _ in range(50):
+        base = free_port()
+        ports = range(base, base + n)
+        if ports.stop > 65536:
+            continue
+        try:
+            for port in ports:
+                with socket.socket() as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return ports
+    raise RuntimeError(f"no {n} consecutive free loopback ports")

@@ -26,6 +26,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}", 0),  # the package root: its version, nothing else
     (f"{PACKAGE}.engine.context", 0),
     (f"{PACKAGE}.engine.errors", 0),
+    (f"{PACKAGE}.engine.network_settings", 0),
     (f"{PACKAGE}.engine.filesystems", 0),
     (f"{PACKAGE}.engine.worker", 1),
     (f"{PACKAGE}.engine.plan", 2),

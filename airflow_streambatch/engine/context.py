@@ -18,10 +18,12 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.network_settings import NETWORK_SETTINGS, validate_network_setting
 
 MiB = 1024 * 1024
 
 POLICIES = ("adaptive", "conservative")
+ROW_ERROR_POLICIES = ("fail", "quarantine")  # `worker/row_errors.py`
 
 
 def _default_memory_limit() -> int:
@@ -112,6 +114,11 @@ class DataContext:
         before its input partition is marked failed. Default 2.
     :param max_failed_partitions: input partitions allowed to fail before the whole
         run fails; the others still finish and commit. Default 0.
+    :param on_row_error: what a write does with a row its functions raise on, unless a
+        ``map``/``map_batches``/``flat_map``/``filter`` says otherwise (``on_error=``):
+        ``"fail"`` (default) fails the task, then the partition; ``"quarantine"`` sets the
+        row aside, with its error, in ``_quarantine-*.parquet`` files committed beside the
+        partition's data (`worker/row_errors.py`).
     :param task_timeout_s: seconds one task may run before its Spark job is cancelled
         (its Python worker killed) and the task retried like any failure; ``None``
         (default) waits as long as the task runs, as Spark does. Set it where a UDF can
@@ -136,6 +143,17 @@ class DataContext:
     :param control_timeout_s: seconds a task keeps trying to reach the driver's control plane
         (to announce a block or ask for memory) or another host's block server, before it
         fails with an error naming the address. Default 60.
+    :param control_ports: the port(s) the driver's control plane listens on: ``None`` (default,
+        any free port), a port such as ``41000`` or a range such as ``"41000-41009"`` (a busy
+        port is skipped). Taken once per driver process (docs/network.md).
+    :param agent_ports: the same for the block server of each host's agent.
+    :param tls: encrypt the control plane and the host agents (default True): the driver
+        makes a certificate authority per process and certificates for itself and each agent.
+    :param tls_cert_file: PEM certificate the driver's control plane presents instead of a
+        generated one (with ``tls_key_file``; ``tls_ca_file``: the CA that signed it, when
+        the certificate is not self-signed). Agents keep certificates from the generated CA.
+    :param tls_key_file: the private key of ``tls_cert_file`` (PEM).
+    :param tls_ca_file: PEM of the authority that signed ``tls_cert_file``; executors trust it.
     :param execution_options: Ray Data's `ExecutionOptions` (``preserve_order``).
     """
 
@@ -153,12 +171,19 @@ class DataContext:
     enable_operator_fusion: bool = True
     max_task_retries: int = 2
     max_failed_partitions: int = 0
+    on_row_error: str = "fail"
     task_timeout_s: float | None = None
     stall_timeout_s: float = 300.0
     write_lease_timeout_s: float = 0.0
     write_lease_ttl_s: float = 60.0
     table_commit_interval_s: float = 10.0
     control_timeout_s: float = 60.0
+    control_ports: int | str | None = None
+    agent_ports: int | str | None = None
+    tls: bool = True
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_ca_file: str | None = None
     execution_options: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     _global: ClassVar[DataContext | None] = None
@@ -255,7 +280,9 @@ _BOOLS = ("group_scheduling", "enable_operator_fusion")
 
 
 def _validate(name: str, value) -> None:
-    if name in _POSITIVE_INTS:
+    if name in NETWORK_SETTINGS:
+        validate_network_setting(name, value)
+    elif name in _POSITIVE_INTS:
         check_positive_int(value, f"DataContext.{name}")
     elif name in _POSITIVE_FLOATS:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -275,6 +302,10 @@ def _validate(name: str, value) -> None:
         if value not in POLICIES:
             raise ValueError(f"DataContext.scheduling_policy must be one of {POLICIES}, got {value!r}."
                              f"{_did_you_mean(value, POLICIES) if isinstance(value, str) else ''}")
+    elif name == "on_row_error":
+        if value not in ROW_ERROR_POLICIES:
+            raise ValueError(f"DataContext.on_row_error must be one of {ROW_ERROR_POLICIES}, got {value!r}."
+                             f"{_did_you_mean(value, ROW_ERROR_POLICIES) if isinstance(value, str) else ''}")
     elif name in _BOOLS and not isinstance(value, bool):
         raise ValueError(f"DataContext.{name} must be True or False, got {value!r}")
     elif name == "block_dir" and (not isinstance(value, (str, os.PathLike)) or not str(value)):
@@ -292,7 +323,8 @@ def _validate(name: str, value) -> None:
                 raise ValueError(f"DataContext.resources[{key!r}] must be a number >= 0, got {amount!r}")
 
 
-_STRING_SETTINGS = ("scheduling_policy", "block_dir")  # a rendered template's string is the value itself
+# a rendered template's string is the value itself
+_STRING_SETTINGS = ("scheduling_policy", "block_dir", "on_row_error")
 
 
 def is_templated(value) -> bool:

@@ -21,10 +21,13 @@ from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
 from airflow_streambatch.engine.split import BatchIteration, DataIterator, SplitCoordinator
 from airflow_streambatch.engine.execution.partitions import warn_if_partial
-from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Repartition
 from airflow_streambatch.engine.plan.planner import plan
+from airflow_streambatch.engine.plan.row_errors import with_dead_letters
+from airflow_streambatch.engine.worker.row_errors import check_policy
 from airflow_streambatch.engine.execution.stats import RunStats
-from airflow_streambatch.engine.plan.logical import ResourceRequest, MapBatches, MapRows, describe
+from airflow_streambatch.engine.plan.logical import (
+    InputBlocks, Limit, MapBatches, MapRows, Repartition, ResourceRequest, describe,
+)
 
 
 class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
@@ -51,34 +54,42 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
                     num_cpus: float | None = None, num_gpus: float | None = None,
                     resources: dict[str, float] | None = None, concurrency: int | tuple | None = None,
                     fn_args: tuple = (), fn_kwargs: dict | None = None,
-                    fn_constructor_args: tuple = (), fn_constructor_kwargs: dict | None = None) -> Dataset:
+                    fn_constructor_args: tuple = (), fn_constructor_kwargs: dict | None = None,
+                    on_error: str | None = None) -> Dataset:
         """Apply ``fn`` to batches. A class as ``fn`` is built once per worker process and reused.
 
         ``batch_size=None`` gives ``fn`` each input block whole. ``batch_format`` is Ray Data's:
         by default a dict of column name to NumPy array; ``"pyarrow"`` (or ``None``) hands ``fn``
         the `pyarrow.Table` the engine holds, without a conversion. GPU operators default
-        to ``num_cpus=0`` so they hold only a GPU slot.
+        to ``num_cpus=0`` so they hold only a GPU slot. ``on_error="quarantine"`` sets aside the rows
+        ``fn`` raises on (found by halving the failing batch) beside the write's output, instead of
+        failing the partition (``"fail"``); the default is ``DataContext.on_row_error``.
         """
         name = f"MapBatches({describe(fn)})"
         check_batch_format(batch_format, name)
+        check_policy(on_error, name)
         return self._with(MapBatches(
             name=name, compute=ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency, fn), fn=fn,
             batch_size=batch_size, batch_format=batch_format, fn_args=tuple(fn_args), fn_kwargs=fn_kwargs or {},
             fn_constructor_args=tuple(fn_constructor_args), fn_constructor_kwargs=fn_constructor_kwargs or {},
+            on_error=on_error,
         ))
 
     def _rows(self, kind: str, label: str, fn, num_cpus=None, num_gpus=None, resources=None, concurrency=None,
-              fn_args=(), fn_kwargs=None, fn_constructor_args=(), fn_constructor_kwargs=None) -> Dataset:
+              fn_args=(), fn_kwargs=None, fn_constructor_args=(), fn_constructor_kwargs=None,
+              on_error=None) -> Dataset:
         name = f"{label}({describe(fn)})"
         request = ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency, fn)
+        check_policy(on_error, name)
         return self._with(MapRows(name=name, compute=request, fn=fn, kind=kind, fn_args=tuple(fn_args or ()),
                                   fn_kwargs=fn_kwargs or {}, fn_constructor_args=tuple(fn_constructor_args or ()),
-                                  fn_constructor_kwargs=fn_constructor_kwargs or {}))
+                                  fn_constructor_kwargs=fn_constructor_kwargs or {}, on_error=on_error))
 
     def map(self, fn, **options) -> Dataset:
         """Apply ``fn`` to each row (a dict) and keep the row it returns. Takes ``map_batches``'s
         ``num_cpus``, ``num_gpus``, ``resources``, ``concurrency``, ``fn_args``, ``fn_kwargs`` and, for a
-        class built once per worker, ``fn_constructor_args``/``fn_constructor_kwargs``."""
+        class built once per worker, ``fn_constructor_args``/``fn_constructor_kwargs``, and ``on_error``
+        (``"quarantine"``: a row ``fn`` raises on is set aside beside the write's output)."""
         return self._rows("map", "Map", fn, **options)
 
     def flat_map(self, fn, **options) -> Dataset:
@@ -102,7 +113,8 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
     # -- execution ----------------------------------------------------------------
     def _start(self, on_commit=None, write_mode: str | None = "append", target=None) -> StreamingExecutor:
         ctx = self.context
-        executor = StreamingExecutor(plan(list(self._logical), ctx.enable_operator_fusion), ctx, write_mode, target)
+        logical = with_dead_letters(list(self._logical), ctx.on_row_error)
+        executor = StreamingExecutor(plan(logical, ctx.enable_operator_fusion), ctx, write_mode, target)
         executor.partitions.on_commit = on_commit
         return executor.start()
 

@@ -62,11 +62,12 @@ class PartitionStatus:
     operator: str | None = None  # where it failed
     error: str | None = None
     traceback: str | None = None
+    quarantined: int = 0  # rows its functions failed on, committed beside its files (on_row_error="quarantine")
 
     @classmethod
     def committed(cls, index: int, record: CommitRecord, this_try: bool) -> PartitionStatus:
         return cls(index, record.label, "committed", record.rows, record.bytes, list(record.files), record.run_id,
-                   this_try)
+                   this_try, quarantined=record.quarantined_rows)
 
     @classmethod
     def failed(cls, index: int, failure: PartitionFailure) -> PartitionStatus:
@@ -104,13 +105,15 @@ class EpochRecord:
 
     def counts(self) -> dict:
         """Partitions by state, with the committed ones' rows and bytes: one pass over the partitions."""
-        counts = dict.fromkeys(("committed", "committed_this_try", "failed", "pending", "rows", "bytes"), 0)
+        counts = dict.fromkeys(("committed", "committed_this_try", "failed", "pending", "rows", "bytes",
+                                "quarantined"), 0)
         for p in self.partitions:
             counts[p.state] = counts.get(p.state, 0) + 1
             if p.state == "committed":
                 counts["committed_this_try"] += p.this_try
                 counts["rows"] += p.rows
                 counts["bytes"] += p.bytes
+                counts["quarantined"] += p.quarantined
         return counts
 
     def summary(self) -> dict:
@@ -122,7 +125,7 @@ class EpochRecord:
             "output_path": self.output_path, "table": self.table,
             "partitions": len(self.partitions), "committed": c["committed"],
             "committed_this_try": c["committed_this_try"], "failed": c["failed"],
-            "rows": c["rows"], "bytes": c["bytes"],
+            "rows": c["rows"], "bytes": c["bytes"], "quarantined": c["quarantined"],
         }
 
     def to_dict(self) -> dict:

@@ -1,7 +1,7 @@
 """Frontiers: when have an epoch's inputs stopped changing?
 
 A frontier is a lower bound on the times of data still to come (the timestamp
-tokens of ../shared/seeds/003): once it passes the interval's end, the epoch's
+tokens of timely dataflow, Naiad's progress tracking): once it passes the interval's end, the epoch's
 inputs are complete. Each check here answers that from what a producer leaves
 behind: a marker file, a watermark it advances, a partition directory it publishes
 whole, or, lacking all of these, files that stayed unchanged for a quiet period.

@@ -1,6 +1,6 @@
 """The epoch manifest: every input partition of one data interval, frozen.
 
-It is the lineage root of an epoch: the path, size and etag or mtime of each input
+It is the lineage root of an epoch: the path, size and mtime of each input
 file, taken when the frontier passed the interval's end. A run reads exactly these
 partitions in order, so partition ``i`` of a retry is partition ``i`` of the first
 try and its commit record can be trusted. A partition is a file or, for a file larger

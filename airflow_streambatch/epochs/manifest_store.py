@@ -7,7 +7,14 @@ a pointer: `manifest_pointer` (the interval, the fingerprint, counts, and the
 manifest's URI), a few hundred bytes whatever the epoch's size. The operator turns
 either form back into the manifest with `manifest_from_xcom`: a pointer is read and
 checked against its fingerprint, and a whole manifest dict (pushed by sensors of
-earlier versions, or by a sensor that could not write) is still accepted.
+earlier versions, or by a sensor with nowhere to write a small one) is still accepted.
+
+Where the manifest goes is never the input directory: a sensor may lack the right to
+write there (read-only or shared inputs), and an epoch's inputs are not the place for
+another system's files. The sensor's `manifest_dir`, the ``[streambatch] manifest_dir``
+option, or ``<output>/_manifests`` beside the epoch's output (`manifest_dir_beside`)
+hold it; with none of those, XCom carries it whole only up to `MAX_WHOLE_MANIFEST_BYTES`,
+and `whole_for_xcom` refuses a bigger one, naming those settings.
 
 The file's name holds the fingerprint and the interval, so writing the same epoch
 again writes the same name with the same content (a retried sensor is idempotent),
@@ -20,27 +27,46 @@ import hashlib
 import json
 import uuid
 
-import pyarrow.fs as pafs
-
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.epochs.checkpoint import as_uri
 from airflow_streambatch.epochs.manifest import EpochManifest
 
-DEFAULT_SUBDIR = "_manifests"  # under the input directory: `_`-prefixed, so listings and readers skip it
+DEFAULT_SUBDIR = "_manifests"  # under the output directory: `_`-prefixed, so listings and readers skip it
 POINTER_KEY = "manifest_uri"
+# The most JSON a whole manifest may put in XCom or a trigger event (both live in Airflow's
+# metadata database, read by the scheduler, the UI and every task that pulls them): about
+# 500 partitions. A 20,000-partition manifest is 2.4 MB.
+MAX_WHOLE_MANIFEST_BYTES = 64 * 1024
+LOCATION_SETTINGS = ("EpochSensor(manifest_dir=...), the [streambatch] manifest_dir option "
+                     "(AIRFLOW__STREAMBATCH__MANIFEST_DIR), or EpochSensor(output_path=...)")
 
 
-def default_manifest_dir(input_path: str) -> str:
-    """``<input directory>/_manifests``: the one place a sensor that knows only its input can write.
+class ManifestTooLargeError(ValueError):
+    """A manifest with nowhere to be written is too large to travel whole."""
 
-    Every reader of this provider (and Spark, pyarrow, pandas) skips ``_``-prefixed
-    paths, so the manifests never become inputs of the epoch they describe.
+
+def manifest_dir_beside(output_path: str) -> str:
+    """``<output_path>/_manifests``: beside the partitions and the epoch record of the output.
+
+    The output's commit and lease code leave ``_``-prefixed entries alone (never taken
+    for foreign output, never deleted by an overwrite), and every reader of this provider
+    (and Spark, pyarrow, pandas, Delta) skips them, so the manifests never become rows.
     """
-    fs, inner = resolve(input_path)
-    base = input_path.rstrip("/")
-    if fs.get_file_info(inner).type == pafs.FileType.File:
-        base = base.rsplit("/", 1)[0]
-    return f"{base}/{DEFAULT_SUBDIR}"
+    return f"{output_path.rstrip('/')}/{DEFAULT_SUBDIR}"
+
+
+def whole_manifest(manifest: EpochManifest, task: str) -> dict:
+    """The manifest as the dict that travels whole, when it is small enough to; else
+    `ManifestTooLargeError` naming where it could be written instead. ``task``: who asks."""
+    whole = manifest.to_dict()
+    size = len(json.dumps(whole, separators=(",", ":")))
+    if size > MAX_WHOLE_MANIFEST_BYTES:
+        raise ManifestTooLargeError(
+            f"{task}: the epoch manifest ({len(manifest.partitions)} partitions, {size} bytes of JSON) is over "
+            f"the {MAX_WHOLE_MANIFEST_BYTES} bytes that may travel whole through XCom, and there is nowhere "
+            f"to write it: set {LOCATION_SETTINGS} (the manifest then goes to <output_path>/{DEFAULT_SUBDIR}), "
+            "a location the operator can read")
+    return whole
 
 
 def manifest_file_name(manifest: EpochManifest, fingerprint: str | None = None) -> str:

@@ -248,7 +248,8 @@ def _metrics(ds: Dataset) -> dict:
         "peak_buffered_bytes": stats.peak_memory_bytes,
         "spark_jobs": len(stats.launch_log),
         "operators": [
-            {"name": op.name, "tasks": op.tasks_done, "tasks_rerun": op.tasks_rerun, "rows": op.rows_out,
+            {"name": op.name, "tasks": op.tasks_done, "tasks_rerun": op.tasks_rerun,
+             "tasks_retried": op.tasks_retried, "rows": op.rows_out,
              "bytes": op.bytes_out, "files": op.files_out, "wall_s": round(op.wall_s, 3),
              "task_s": round(op.work_s, 3)}
             for op in stats.ops

@@ -62,6 +62,7 @@ def epoch_summary(record: EpochRecord, *, manifest_uri: str | None = None, trace
         "partitions": len(record.partitions), "committed": counts["committed"],
         "committed_this_try": counts["committed_this_try"], "failed": counts["failed"],
         "pending": counts["pending"], "rows": counts["rows"], "bytes": counts["bytes"],
-        "failed_partitions": failed, "failed_left_out": counts["failed"] - len(failed),
+        "quarantined": counts["quarantined"], "failed_partitions": failed,
+        "failed_left_out": counts["failed"] - len(failed),
         "metrics": record.metrics, "spark_ui_url": record.spark_ui_url,
     }

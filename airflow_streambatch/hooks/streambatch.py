@@ -57,6 +57,8 @@ from airflow_streambatch.engine.spark.session import (
     with_spark_defaults,
 )
 from airflow_streambatch.engine.worker.files import atomic_write
+from airflow_streambatch.hooks.lineage_conf import openlineage_spark_properties
+from airflow_streambatch.hooks.network_extra import network_settings
 from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnvironment, applied
 
 # Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
@@ -65,7 +67,8 @@ from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnviron
 # ``...AZURE_STORAGE_ACCOUNT_KEY``). Keys (or values) it matches are hidden in the Spark UI
 # and masked in Airflow's logs.
 SENSITIVE = (r"(?i)secret|password|passwd|token|access[._]?key|account[._]?key|(^|[.])sas([.]|$)|credential"
-             r"|private[.]?key|keyfile|encryption[.]?key|signature|connection[._]?string")
+             r"|private[.]?key|keyfile|encryption[.]?key|signature|connection[._]?string"
+             r"|api[._]?key|authorization")  # OpenLineage's injected transport: auth.apiKey, headers.Authorization
 _SENSITIVE = re.compile(SENSITIVE)
 _PROPERTIES_SPECIAL = "=:#! \t\n\r\f"
 
@@ -159,6 +162,11 @@ class StreamBatchHook(BaseHook):
         return (self.extras.get("event-log-dir")
                 or airflow_conf.get("streambatch", "spark_event_log_dir", fallback="") or None)
 
+    @cached_property
+    def network_settings(self) -> dict:
+        """`DataContext` network settings (ports, TLS files) from the connection's ``network`` extra."""
+        return network_settings(self.extras, self.streambatch_conn_id)
+
     @property
     def history_server_url(self) -> str | None:
         """The Spark History Server reading `event_log_dir`: the connection's ``history-server-url`` extra,
@@ -197,6 +205,7 @@ class StreamBatchHook(BaseHook):
             if self.extras.get("deploy-mode") == "cluster":  # spark-submit's driver runs on the cluster too
                 conf.setdefault(f"spark.yarn.appMasterEnv.{key}", value)
                 conf.setdefault(f"spark.kubernetes.driverEnv.{key}", value)
+        conf.update(openlineage_spark_properties(conf))  # the task as the Spark application's parent job
         own = conf.get("spark.redaction.regex")
         conf["spark.redaction.regex"] = f"{own}|{SENSITIVE}" if own else SENSITIVE
         mask_sensitive(conf)

@@ -25,7 +25,11 @@ from airflow_streambatch.epochs.runner import check_formats, check_output_apart,
 from airflow_streambatch.epochs.spark_app import spec_for
 from airflow_streambatch.epochs.summary import MAX_FAILED_SHOWN, epoch_summary
 from airflow_streambatch.hooks.streambatch import StreamBatchHook
+from airflow_streambatch.operators.asset_partitions import emit_epoch_event
+from airflow_streambatch.operators.epoch_log import log_earlier_progress, log_outcome
+from airflow_streambatch.operators.lineage import StreamBatchLineageMixin
 from airflow_streambatch.operators.links import EpochOutputLink, SparkUILink
+from airflow_streambatch.operators.metrics import epoch_metrics
 from airflow_streambatch.sensors.epoch import epoch_interval
 
 if TYPE_CHECKING:
@@ -62,7 +66,7 @@ def _known_at_run_time(value: Any) -> bool:
     return (isinstance(value, str) and is_templated(value)) or isinstance(value, XComArg)
 
 
-class StreamBatchOperator(BaseOperator):
+class StreamBatchOperator(StreamBatchLineageMixin, BaseOperator):
     """Runs a streaming-batch pipeline over an epoch's inputs on Spark and commits each input partition once.
 
     The pipeline is an importable function ``fn(ds, epoch, **pipeline_kwargs)`` that
@@ -109,6 +113,7 @@ class StreamBatchOperator(BaseOperator):
     :param full_recompute: delete the epoch's committed output and recompute every partition
         (templated: ``"{{ params.full_recompute }}"`` lets a manual trigger ask for it).
     :param output_asset: the Asset this output is; each committed epoch emits an event with its summary.
+    :param output_asset_partitioned: the event carries the epoch's partition key (for `PartitionedAssetTimetable`).
     :param columns: the input columns the pipeline gets, in this order (templated; None: all).
     :param row_filter: only input rows where this `pyarrow.compute.Expression` holds, e.g.
         ``pc.field("lang") == "en"`` (not templated); it may name columns ``columns`` leaves out.
@@ -132,7 +137,7 @@ class StreamBatchOperator(BaseOperator):
                  full_recompute: bool = False, output_asset: Asset | None = None,
                  max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES, storage_conn_id: str | None = None,
                  output_options: dict | None = None, columns: list[str] | str | None = None, row_filter=None,
-                 **kwargs: Any) -> None:
+                 output_asset_partitioned: bool = False, **kwargs: Any) -> None:
         if output_asset is not None:
             kwargs["outlets"] = [*(kwargs.get("outlets") or []), output_asset]
         super().__init__(**kwargs)
@@ -157,7 +162,7 @@ class StreamBatchOperator(BaseOperator):
         self.spark_conf = spark_conf or {}
         self.data_context = data_context or {}
         self.full_recompute = full_recompute
-        self.output_asset = output_asset
+        self.output_asset, self.output_asset_partitioned = output_asset, output_asset_partitioned
         where = f"StreamBatchOperator {self.task_id}"  # read pruning: checked now unless columns is a template
         self.columns = columns if isinstance(columns, str) and "{{" in columns else check_columns(columns, where)
         self.row_filter = check_filter(row_filter, where, "row_filter")
@@ -197,7 +202,7 @@ class StreamBatchOperator(BaseOperator):
         self._executing = True  # on_kill turns a SIGTERM into an exception only while the epoch runs
         try:
             # the store's credentials for everything that reads or writes it: listings, the manifest, Spark, records
-            with self.hook.object_store_credentials():
+            with self.hook.object_store_credentials(), epoch_metrics(self):  # metrics: however the run ends
                 return self._execute(context)
         finally:
             self._executing = False
@@ -213,13 +218,14 @@ class StreamBatchOperator(BaseOperator):
             self.full_recompute = self.full_recompute.strip().lower() in ("true", "1", "yes")
         if self.input_path:  # run_epoch checks the manifest's files; the listed directory is an input too
             check_disjoint([self.input_path], output.location(), f"{self.task_id}: output_path")
-        manifest = self._epoch_manifest(context)
+        manifest = self._lineage_manifest = self._epoch_manifest(context)  # OpenLineage: the inputs, once known
         self._record_dir = output.record_dir(manifest.interval_start, manifest.interval_end)
         check_output_apart(manifest, output.location())  # here too: spark-submit's log is not the task's error
         ti = context["ti"]
         store = context.get("task_state_store")
-        self._log_earlier_progress(store, manifest)
-
+        log_earlier_progress(self.log, store.get(STATE_KEY) if store is not None else None, manifest,
+                             self.output_path)
+        overrides = {**self.hook.network_settings, **self.data_context}  # the connection's network extra, then ours
         if self.deploy_mode == "in_process":
             load_pipeline(self.pipeline)  # an import error fails here, before Spark starts
             spark = self.hook.get_spark_session()
@@ -229,7 +235,7 @@ class StreamBatchOperator(BaseOperator):
             record = run_epoch(manifest, self.pipeline, output_path=self.output_path, input_format=self.input_format,
                                output_format=self.output_format, output_options=self.output_options,
                                pipeline_kwargs=self.pipeline_kwargs,
-                               full_recompute=self.full_recompute, context_overrides=self.data_context,
+                               full_recompute=self.full_recompute, context_overrides=overrides,
                                on_progress=lambda r: self._save_progress(store, r), spark_ui_url=ui,
                                columns=self._columns(), row_filter=self.row_filter)
         else:
@@ -238,7 +244,7 @@ class StreamBatchOperator(BaseOperator):
                             input_format=self.input_format, output_format=self.output_format,
                             output_options=self.output_options,
                             pipeline_kwargs=self.pipeline_kwargs,
-                            full_recompute=self.full_recompute, context_overrides=self.data_context,
+                            full_recompute=self.full_recompute, context_overrides=overrides,
                             app_name=self.hook.app_name, columns=self._columns(),
                             row_filter=encode_filter(self.row_filter))
             dag_folder = os.path.dirname(os.path.abspath(self.dag.fileloc)) if self.has_dag() else None
@@ -253,15 +259,16 @@ class StreamBatchOperator(BaseOperator):
                 raise AirflowException(f"spark-submit finished but left no epoch record for this manifest in "
                                        f"{self._record_dir}/_epoch.json; see the spark-submit log above")
 
+        self._epoch_record = record  # what epoch_metrics sends and OpenLineage reports
         self._save_progress(store, record)
-        self._log_outcome(record)
+        log_outcome(self.log, record)
         # bounded: counts, the first failures and where the record and manifest are (not the record itself)
         result = epoch_summary(record, manifest_uri=self._manifest_uri)
         if record.status != "succeeded":
             ti.xcom_push(key="return_value", value=result)  # the outcome, failures included
             raise EpochPartitionsFailed(record, self.task_id, self.dag_id)
         if self.output_asset is not None:
-            context["outlet_events"][self.output_asset].extra = record.summary()
+            emit_epoch_event(context, self.output_asset, record, self.output_asset_partitioned)
         return result
 
     # -- interruption: execution_timeout, mark failed, a stopped worker -----------------
@@ -368,30 +375,3 @@ class StreamBatchOperator(BaseOperator):
         if store is None:
             return
         store.set(STATE_KEY, self.progress_summary(record, getattr(self, "_manifest_uri", None)))
-
-    def _log_earlier_progress(self, store, manifest: EpochManifest) -> None:
-        earlier = store.get(STATE_KEY) if store is not None else None
-        if not earlier:
-            self.log.info("Epoch %s..%s: %d input partition(s), manifest %s", manifest.interval_start,
-                          manifest.interval_end, len(manifest.partitions), manifest.fingerprint)
-            return
-        committed = earlier.get("committed", 0)  # a count; a list of indexes in records of older versions
-        failed = earlier.get("failed", 0)  # a count; {index: error} in records of older versions
-        self.log.info("Epoch %s..%s: the task state store holds try %s (%s): %d partition(s) committed, %d failed; "
-                      "the commit records under %s decide what reruns", manifest.interval_start,
-                      manifest.interval_end, earlier.get("tries"), earlier.get("status"),
-                      committed if isinstance(committed, int) else len(committed),
-                      failed if isinstance(failed, int) else len(failed), self.output_path)
-
-    def _log_outcome(self, record: EpochRecord) -> None:
-        s = record.summary()
-        self.log.info("Epoch %s..%s %s: %d/%d partition(s) committed (%d by this try), %d failed, %d rows, %d bytes "
-                      "in %s", s["interval_start"], s["interval_end"], s["status"], s["committed"], s["partitions"],
-                      s["committed_this_try"], s["failed"], s["rows"], s["bytes"], s["output_path"])
-        for op in record.metrics.get("operators", []):
-            rate = op["rows"] / op["wall_s"] if op["wall_s"] else 0.0
-            files = f", {op['files']} file(s)" if op.get("files") else ""
-            rerun = f" (+{op['tasks_rerun']} rerun)" if op.get("tasks_rerun") else ""
-            self.log.info("  %s: %d task(s)%s, %d rows, %d bytes%s, %.1f s wall, %.1f s in tasks, %.0f rows/s",
-                          op["name"], op["tasks"], rerun, op["rows"], op.get("bytes", 0), files, op["wall_s"],
-                          op["task_s"], rate)

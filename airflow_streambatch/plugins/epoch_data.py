@@ -176,5 +176,6 @@ def totals(view: EpochView) -> dict:
     latest = view.progress or view.summary
     if latest is None:
         return {}
-    keys = ("partitions", "committed", "committed_this_try", "failed", "pending", "rows", "bytes", "status", "tries")
+    keys = ("partitions", "committed", "committed_this_try", "failed", "pending", "rows", "bytes", "quarantined",
+            "status", "tries")
     return {k: latest.get(k) for k in keys}

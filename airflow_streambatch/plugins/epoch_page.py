@@ -122,7 +122,9 @@ def _status(view: EpochView) -> list[str]:
             f"<p id='progress-text'><b>{committed:,} of {total:,} partitions committed</b>"
             f" ({_count(counts.get('committed_this_try'))} by this try), {failed:,} failed, "
             f"{_count(counts.get('pending'))} not finished &middot; {_count(counts.get('rows'))} rows, "
-            f"{_e(_bytes(counts.get('bytes')))} written</p>"
+            f"{_e(_bytes(counts.get('bytes')))} written"
+            + (f" &middot; <span id='quarantined'>{counts['quarantined']:,} rows quarantined</span>"
+               if counts.get("quarantined") else "") + "</p>"
             f"<div class='bar' role='progressbar' aria-valuemin='0' aria-valuemax='{total}' "
             f"aria-valuenow='{committed}' id='progress'>"
             f"<div class='committed' style='width:{100 * committed / total:.2f}%'></div>"
@@ -200,13 +202,19 @@ def _partitions(view: EpochView) -> list[str]:
             out.append(f"<tr class='partition committed' data-index='{_e(p.index)}' data-this-try="
                        f"'{'true' if p.this_try else 'false'}'><td class='num'>{_e(p.index)}</td>"
                        f"<td>{_input(view, p.index, p.path)}</td><td><span class='state committed'>committed"
-                       f"</span></td><td class='num'>{_count(p.rows)}</td><td class='num'>{_e(_bytes(p.bytes))}</td>"
+                       f"</span></td><td class='num'>{_count(p.rows)}{_quarantined(p)}</td>"
+                       f"<td class='num'>{_e(_bytes(p.bytes))}</td>"
                        f"<td><ul class='files'>{files}</ul></td><td title='engine run {_e(p.run_id)}'>{_e(by)}"
                        "</td></tr>")
         out.append("</table>")
         if committed_left:
             out.append(f"<p class='muted'>... and {committed_left:,} more committed, in the epoch record.</p>")
     return out
+
+
+def _quarantined(p) -> str:
+    """The rows of a committed partition set aside beside its files (``on_row_error="quarantine"``)."""
+    return f"<br><span class='quarantined'>+{p.quarantined:,} quarantined</span>" if p.quarantined else ""
 
 
 def _operators(view: EpochView) -> list[str]:

@@ -14,9 +14,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.epochs.frontier import FrontierSpec
 from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest
-from airflow_streambatch.epochs.manifest_store import default_manifest_dir, freeze, manifest_from_xcom
+from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
 from airflow_streambatch.epochs.sensing import check_epoch
 from airflow_streambatch.hooks.object_store import connection_credentials
+from airflow_streambatch.operators.lineage import EpochSensorLineageMixin
+from airflow_streambatch.sensors.manifest_location import ManifestLocation, manifest_location, publish
 from airflow_streambatch.triggers.epoch import EpochTrigger
 
 if TYPE_CHECKING:
@@ -61,15 +63,17 @@ def zero_length_interval_message(context: Context, task_id: str, frontier: str) 
             "from it, e.g. {{ data_interval_start.strftime('%Y-%m-%d/%H') }}.")
 
 
-class EpochSensor(BaseSensorOperator):
+class EpochSensor(EpochSensorLineageMixin, BaseSensorOperator):
     """Waits until the input frontier has passed the data interval's end; freezes the epoch manifest.
 
     The manifest (every input partition with path, size and mtime, plus the interval)
-    is the lineage root of the epoch. It is written to durable storage (``manifest_dir``)
-    and this task's XCom ``return_value`` is a pointer to it: interval, fingerprint,
-    counts and ``manifest_uri``, a few hundred bytes however many files the epoch has
-    (a 20,000-file manifest is 2.4 MB). Pass ``sensor.output`` to
-    `StreamBatchOperator(manifest=...)`, which reads the manifest back and checks its
+    is the lineage root of the epoch. It is written to durable storage, never under the
+    input (`manifest_location`: ``manifest_dir``, else ``[streambatch] manifest_dir``, else
+    beside ``output_path``), and this task's XCom ``return_value`` is a pointer to it:
+    interval, fingerprint, counts and ``manifest_uri``, a few hundred bytes however many
+    files the epoch has (a 20,000-file manifest is 2.4 MB). With no location, XCom carries
+    a manifest of up to 64 KiB whole and a bigger one fails the task. Pass ``sensor.output``
+    to `StreamBatchOperator(manifest=...)`, which reads the manifest back and checks its
     fingerprint.
 
     :param input_path: the epoch's input directory or glob, e.g. ``/data/in/{{ ds }}`` (templated).
@@ -90,11 +94,14 @@ class EpochSensor(BaseSensorOperator):
         of a ``.csv``, ``.tsv``, ``.json``/``.jsonl``/``.ndjson`` (JSON Lines), ``.txt``, ``.text`` or
         ``.log`` file; ``None`` keeps files whole.
     :param manifest_dir: where the frozen manifest is written (templated; any path the operator's
-        workers can read, e.g. next to the output: ``/data/out/_manifests``), as
-        ``manifest-<fingerprint>-<interval hash>.json``. Default ``<input_path>/_manifests``
-        (``_``-prefixed: no listing or reader takes it for input). If the default cannot be
-        written (read-only inputs), the whole manifest goes to XCom as before, with a warning
-        naming this setting; a ``manifest_dir`` given here that cannot be written fails the task.
+        workers can read), as ``manifest-<fingerprint>-<interval hash>.json``. Default: the
+        ``[streambatch] manifest_dir`` option, else ``<output_path>/_manifests``, else none (XCom
+        carries a manifest of up to 64 KiB whole; a bigger one fails the task naming this setting).
+        Never the input. A location that cannot be written fails the task naming its setting.
+    :param output_path: the output directory (or Delta table URI) the epoch is processed into, the
+        operator's ``output_path`` (templated): the manifest goes to ``<output_path>/_manifests``
+        (``_``-prefixed: the output's commits and readers skip it) unless ``manifest_dir`` or the
+        option says otherwise. Not an Iceberg identifier: give ``manifest_dir`` for those.
     :param storage_conn_id: the Airflow connection whose credentials list the input, read the marker or
         watermark and write the manifest on an object store (``s3://``, ``gs://``, Azure), as
         `StreamBatchOperator`'s ``storage_conn_id``: type ``aws``, ``google_cloud_platform``, ``wasb``,
@@ -103,14 +110,15 @@ class EpochSensor(BaseSensorOperator):
         command line, and masked in logs. None: the processes' own environment.
     """
 
-    template_fields: Sequence[str] = ("input_path", "marker_path", "watermark_path", "manifest_dir")
+    template_fields: Sequence[str] = ("input_path", "marker_path", "watermark_path", "manifest_dir", "output_path")
     ui_color = "#e8f4ea"
 
     def __init__(self, *, input_path: str, frontier: str = "marker", marker_path: str | None = None,
                  watermark_path: str | None = None, quiet_period: float | timedelta = 300.0,
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  max_partition_bytes: int | None = DEFAULT_MAX_PARTITION_BYTES,
-                 manifest_dir: str | None = None, storage_conn_id: str | None = None, **kwargs: Any) -> None:
+                 manifest_dir: str | None = None, output_path: str | None = None,
+                 storage_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # the arguments stay attributes: template_fields renders them in place before execute
         self.input_path = input_path
@@ -122,6 +130,7 @@ class EpochSensor(BaseSensorOperator):
         check_positive_int(max_partition_bytes, f"EpochSensor {self.task_id}: max_partition_bytes", allow_none=True)
         self.max_partition_bytes = max_partition_bytes
         self.manifest_dir = manifest_dir
+        self.output_path = output_path
         self.storage_conn_id = storage_conn_id
         self._state: dict | None = None
         try:
@@ -153,22 +162,23 @@ class EpochSensor(BaseSensorOperator):
                       start, end, self.frontier, len(manifest.files), manifest.total_bytes, len(manifest.partitions))
         return PokeReturnValue(is_done=True, xcom_value=self._publish(manifest))
 
+    def _manifest_location(self) -> ManifestLocation:
+        """Where the manifest goes, from the rendered arguments and the configuration (never the input)."""
+        return manifest_location(f"EpochSensor {self.task_id}", self.manifest_dir, self.output_path)
+
     def _publish(self, manifest: EpochManifest) -> dict:
-        """Write the manifest under ``manifest_dir`` and return the pointer that goes to XCom."""
-        directory = self.manifest_dir or default_manifest_dir(self.input_path)
-        try:
-            pointer = freeze(manifest, directory)
-        except OSError as exc:
-            if self.manifest_dir:
-                raise AirflowException(f"EpochSensor {self.task_id}: cannot write the epoch manifest under "
-                                       f"manifest_dir={self.manifest_dir!r}: {exc}") from exc
-            self.log.warning("EpochSensor %s: cannot write the epoch manifest under %s (%s); XCom carries it whole "
-                             "(%d partitions). Set manifest_dir= to a writable path the operator can read.",
-                             self.task_id, directory, exc, len(manifest.partitions))
-            return manifest.to_dict()
-        self.log.info("Epoch manifest %s (%d partitions) written to %s", pointer["fingerprint"],
-                      len(manifest.partitions), pointer["manifest_uri"])
-        return pointer
+        """Write the manifest where `manifest_location` says and return the pointer that goes to XCom
+        (no location: the manifest itself, if small)."""
+        location = self._manifest_location()
+        value = publish(manifest, location, f"EpochSensor {self.task_id}")
+        self._lineage_manifest, self._lineage_manifest_uri = manifest, value.get("manifest_uri")  # OpenLineage
+        if location.directory is None:
+            self.log.info("Epoch manifest %s (%d partitions) goes to XCom whole: no manifest_dir, [streambatch] "
+                          "manifest_dir or output_path is set", manifest.fingerprint, len(manifest.partitions))
+        else:
+            self.log.info("Epoch manifest %s (%d partitions) written to %s", value["fingerprint"],
+                          len(manifest.partitions), value["manifest_uri"])
+        return value
 
     def execute(self, context: Context) -> Any:
         # every poke reads the store (in reschedule mode each try is a new process, entering here again)
@@ -191,7 +201,7 @@ class EpochSensor(BaseSensorOperator):
         self.defer(
             trigger=EpochTrigger.for_spec(self.frontier_spec, interval_start=start, interval_end=end,
                                           poll_interval=_seconds(self.poke_interval), state=self._state,
-                                          manifest_dir=self.manifest_dir or default_manifest_dir(self.input_path),
+                                          manifest_dir=self._manifest_location().directory,
                                           storage_conn_id=self.storage_conn_id),
             method_name="execute_complete",
             timeout=timedelta(seconds=_seconds(self.timeout)) if self.timeout else None,

@@ -11,7 +11,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_streambatch.epochs.frontier import FrontierSpec
-from airflow_streambatch.epochs.manifest_store import freeze
+from airflow_streambatch.epochs.manifest_store import ManifestTooLargeError, freeze, whole_manifest
 from airflow_streambatch.epochs.sensing import check_epoch
 from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnvironment, applied
 
@@ -26,10 +26,12 @@ class EpochTrigger(BaseTrigger):
     The event is ``{"status": "passed", "manifest_pointer": {...}}`` when ``manifest_dir``
     is given (the manifest is written there: a trigger event is stored in Airflow's
     database, so it stays a few hundred bytes however many files the epoch has),
-    ``{"status": "passed", "manifest": {...}}`` without it or when the write failed, or
-    ``{"status": "error", "message": ...}`` when a check raised (a malformed watermark,
-    an unreadable path). Filesystem calls run in a thread so the triggerer's event loop
-    never blocks.
+    ``{"status": "passed", "manifest": {...}}`` without it or when the write failed (the
+    triggerer may lack the workers' rights; the sensor then writes it), only for a manifest
+    within `MAX_WHOLE_MANIFEST_BYTES`, or ``{"status": "error", "message": ...}`` when a
+    check raised (a malformed watermark, an unreadable path) or the manifest is too large
+    to travel whole. Filesystem calls run in a thread so the triggerer's event loop never
+    blocks.
 
     The frontier arguments are those of `FrontierSpec` (``spec``), under the sensor's
     keyword names; `for_spec` builds a trigger from a spec. ``storage_conn_id``: the
@@ -87,21 +89,28 @@ class EpochTrigger(BaseTrigger):
             if manifest is not None:
                 self.log.info("Epoch %s..%s passed its %s frontier with %d input file(s)", self.interval_start,
                               self.interval_end, self.spec.kind, len(manifest.partitions))
-                yield TriggerEvent({"status": "passed", **await asyncio.to_thread(_with_store, store, self._frozen,
-                                                                                  manifest)})
+                try:
+                    frozen = await asyncio.to_thread(_with_store, store, self._frozen, manifest)
+                except ManifestTooLargeError as exc:
+                    yield TriggerEvent({"status": "error", "message": str(exc)})
+                    return
+                yield TriggerEvent({"status": "passed", **frozen})
                 return
             await asyncio.sleep(self.poll_interval)
 
     def _frozen(self, manifest) -> dict:
         """The event's manifest: a pointer to the file written under ``manifest_dir``, or (none given, or it
-        cannot be written) the manifest itself, which the sensor then writes from the worker."""
+        cannot be written from the triggerer) the manifest itself if small, which the sensor then writes
+        from the worker or pushes whole. Raises `ManifestTooLargeError` for a big one that has to travel."""
+        task = f"EpochTrigger on {self.spec.input_path}"
         if self.manifest_dir:
             try:
                 return {"manifest_pointer": freeze(manifest, self.manifest_dir)}
             except OSError as exc:
-                self.log.warning("cannot write the epoch manifest under %s (%s); the event carries it whole",
-                                 self.manifest_dir, exc)
-        return {"manifest": manifest.to_dict()}
+                self.log.warning("cannot write the epoch manifest under %s (%s); the event carries it whole and "
+                                 "the sensor writes it", self.manifest_dir, exc)
+                task = f"{task} (cannot write under manifest_dir {self.manifest_dir!r} from the triggerer: {exc})"
+        return {"manifest": whole_manifest(manifest, task)}
 
 
 def _with_store(store: StoreEnvironment | None, fn, *args):

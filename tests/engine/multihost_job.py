@@ -55,8 +55,9 @@ def main() -> None:
     spark = cluster_session(master, "streambatch-multihost-test")
     import airflow_streambatch.engine as sb
 
+    network = json.loads(os.environ.get("STREAMBATCH_TEST_NETWORK", "{}"))  # ports, TLS: test_multihost.py
     ctx = sb.DataContext(target_max_block_size=64 * KiB, target_min_block_size=16 * KiB, memory_limit=1024 * KiB,
-                         progress_interval_s=2, resources={"CPU": 4})
+                         progress_interval_s=2, resources={"CPU": 4}, **network)
     fs, root = resolve(source)  # a shared directory, or an object store (s3://)
     files = len(fs.get_file_info(FileSelector(root)))
     ds = (sb.read_parquet(source, override_num_blocks=files).map_batches(tag, batch_format="pyarrow")
@@ -88,6 +89,10 @@ def main() -> None:
         else:
             raise SystemExit(f"unknown mode {mode}")
     summary["wall_s"] = time.time() - started
+    if network:
+        from network_probe import probe
+
+        summary["network"] = probe(ctx, spark)
     summary["cross_host_bytes"] = ds.last_run_stats.cross_host_bytes if ds.last_run_stats else None
     print("RESULT " + json.dumps(summary), flush=True)
     spark.stop()

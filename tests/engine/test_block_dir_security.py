@@ -153,12 +153,13 @@ def test_a_record_from_a_process_without_the_secret_changes_nothing_in_a_running
 
     from airflow_streambatch.engine.execution.control_server import control_server
 
-    uri = control_server(SparkSession.getActiveSession()).uri
+    driver = control_server(SparkSession.getActiveSession()).info(2)  # certificates are public, the secret is not
+    uri, roots = driver.uri, driver.tls_roots
     refused = tmp_path / "refused"
 
     def forge(batch):
         if 10 in batch["id"].to_pylist():
-            stranger = ControlInfo(uri, "guessed", "", timeout_s=2)
+            stranger = ControlInfo(uri, "guessed", "", timeout_s=2, tls_roots=roots)
             for stream in ("0-p00000-0", "1-p00000-0"):
                 try:
                     call(stranger, "stream", {"stream": stream, "record": _forged(0, "p00000", str(secret))})

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from namespaced_cluster import NamespacedCluster, namespaces_unsupported
+from ports import free_port_range
 
 pytestmark = pytest.mark.skipif(namespaces_unsupported() is not None,
                                 reason=f"separate hosts need mount namespaces: {namespaces_unsupported()}")
@@ -116,7 +117,7 @@ def test_input_and_output_on_s3_with_no_shared_directory_at_all(cluster, s3_buck
     _assert_nothing_left(cluster)
 
 
-@pytest.mark.parametrize("mode", ["take_all", "iter_batches"])
+@pytest.mark.parametrize("mode", ["iter_batches"])  # take_all: test_tls_and_fixed_ports_between_separate_hosts
 def test_the_driver_reads_blocks_from_both_hosts(cluster, data, mode):
     result = _result(_run(cluster, data, mode))
     _ids_once(result["rows"])
@@ -141,6 +142,27 @@ def test_a_materialized_dataset_is_read_twice(cluster, data):
     _ids_once(result["rows"])
     _ids_once(result["rows_again"])
     assert sorted(result["rows"]) == sorted(result["rows_again"])  # read back, not recomputed
+    _assert_nothing_left(cluster)
+
+
+def test_tls_and_fixed_ports_between_separate_hosts(cluster, data):
+    """The driver's control plane and both workers' host agents listen on ports of their ranges
+    (``control_ports``, ``agent_ports``) and speak TLS only; the driver reads (``take_all``) blocks
+    from both hosts, every row once."""
+    control, agents = free_port_range(2), free_port_range(4)
+    network = {"tls": True, "control_ports": f"{control[0]}-{control[-1]}", "agent_ports": f"{agents[0]}-{agents[-1]}"}
+    proc = cluster.run_driver([sys.executable, JOB, cluster.url, f"{data}/in", f"{data}/out", "take_all", "0.05"],
+                              env={"STREAMBATCH_TEST_NETWORK": json.dumps(network)})
+    result = _result(proc)
+    _ids_once(result["rows"])
+    hosts = {h for _, hs in result["rows"] for h in hs.split(",")}
+    assert len(hosts) == 2 and result["driver_namespace"] not in hosts
+    assert _crossed_hosts(result["rows"]) and result["cross_host_bytes"] > 0
+    probe = result["network"]
+    assert probe["control_uri"].startswith("grpc+tls://")
+    assert int(probe["control_uri"].rsplit(":", 1)[1]) in control
+    assert len(probe["agents"]) == 2, f"expected one agent per worker in {network['agent_ports']}: {probe}"
+    assert all(a == {"tls": True, "plaintext": False} for a in probe["agents"].values()), probe
     _assert_nothing_left(cluster)
 
 

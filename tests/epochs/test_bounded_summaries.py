@@ -17,7 +17,7 @@ from pipelines import take_partitions_run, write_inputs
 from airflow_streambatch.epochs import EpochCheckpoint, EpochManifest, InputPartition, list_inputs, run_epoch
 from airflow_streambatch.epochs.checkpoint import EpochRecord, PartitionStatus
 from airflow_streambatch.epochs.manifest_store import (
-    default_manifest_dir,
+    manifest_dir_beside,
     manifest_from_xcom,
     manifest_pointer,
     write_manifest,
@@ -71,10 +71,10 @@ def test_the_xcom_summary_stays_under_64_kib_with_20000_partitions_and_5000_fail
 def test_the_sensor_pointer_reads_back_the_manifest_and_refuses_another(tmp_path):
     write_inputs(tmp_path / "in", partitions=3)
     manifest = EpochManifest("a", "b", list_inputs(str(tmp_path / "in")))
-    directory = default_manifest_dir(str(tmp_path / "in"))
-    assert directory == f"{tmp_path}/in/_manifests"
+    directory = manifest_dir_beside(str(tmp_path / "out") + "/")
+    assert directory == f"{tmp_path}/out/_manifests"
     pointer = manifest_pointer(manifest, write_manifest(manifest, directory))
-    assert [p.path for p in list_inputs(str(tmp_path / "in"))] == manifest.paths  # not an input of the epoch
+    assert list_inputs(str(tmp_path / "out"), missing_ok=True) == []  # not a file of the output
 
     read, uri = manifest_from_xcom(json.dumps(pointer))
     assert read == manifest and uri == pointer["manifest_uri"] and uri.startswith("file://")
@@ -84,7 +84,7 @@ def test_the_sensor_pointer_reads_back_the_manifest_and_refuses_another(tmp_path
         manifest_from_xcom({**pointer, "fingerprint": "0" * 16})
     with pytest.raises(ValueError, match="needs a 'manifest_uri' or a 'partitions' list"):
         manifest_from_xcom({k: v for k, v in pointer.items() if k != "manifest_uri"})
-    (tmp_path / "in" / "_manifests").rename(tmp_path / "elsewhere")
+    (tmp_path / "out" / "_manifests").rename(tmp_path / "elsewhere")
     with pytest.raises(FileNotFoundError, match="rerun the sensor"):
         manifest_from_xcom(pointer)
 

@@ -34,7 +34,10 @@ class Standalone:
                    AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{self.port}/execution/",
                    AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
                    AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False", AIRFLOW__CORE__PARALLELISM="4",
-                   AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL="5")
+                   AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL="5",
+                   # a task's first call (PATCH .../run) can wait 30+ s for SQLite while the DAG processor
+                   # writes; at the default 5 s the retry finds the task running and the task fails to start
+                   AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="90")
         self.log_path = os.path.join(home, "standalone.log")
         self.log = open(self.log_path, "w")
         airflow = os.path.join(os.path.dirname(sys.executable), "airflow")

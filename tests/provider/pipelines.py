@@ -30,7 +30,7 @@ def write_inputs(directory, partitions: int, rows: int = 100) -> None:
 
 
 def _score(batch: pa.Table, runs_dir: str, fail_flag: str | None, fail_partitions: list[int], kill: int,
-           driver_pid: int) -> pa.Table:
+           driver_pid: int, reject_ids: frozenset = frozenset()) -> pa.Table:
     seen = sorted({int(i) // 100 for i in batch["id"].to_pylist()})
     with open(os.path.join(runs_dir, f"{driver_pid}-{uuid.uuid4().hex}.run"), "w") as f:
         f.write(" ".join(map(str, seen)))
@@ -41,14 +41,19 @@ def _score(batch: pa.Table, runs_dir: str, fail_flag: str | None, fail_partition
         time.sleep(60)
     if fail_flag and os.path.exists(fail_flag) and set(seen) & set(fail_partitions):
         raise ValueError(f"scorer rejects partition(s) {sorted(set(seen) & set(fail_partitions))}")
+    rejected = reject_ids.intersection(batch["id"].to_pylist())
+    if rejected:
+        raise ValueError(f"scorer rejects id {min(rejected)}")
     return batch.append_column("score", pc.multiply(batch["id"], 2))
 
 
-def score(ds, epoch, *, runs_dir: str, fail_flag: str | None = None, fail_partitions=(), kill_driver_on: int = -1):
+def score(ds, epoch, *, runs_dir: str, fail_flag: str | None = None, fail_partitions=(), kill_driver_on: int = -1,
+          reject_ids=()):
     os.makedirs(runs_dir, exist_ok=True)
     return ds.map_batches(partial(_score, runs_dir=runs_dir, fail_flag=fail_flag,
                                   fail_partitions=[int(p) for p in fail_partitions], kill=int(kill_driver_on),
-                                  driver_pid=os.getpid()), batch_format="pyarrow")
+                                  driver_pid=os.getpid(), reject_ids=frozenset(int(i) for i in reject_ids)),
+                          batch_format="pyarrow")
 
 
 def take_partitions_run(runs_dir) -> list[int]:

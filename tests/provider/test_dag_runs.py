@@ -103,7 +103,8 @@ def test_a_failed_partition_fails_the_task_and_a_clear_reruns_only_it(ctx, airfl
     # XCom: the sensor's pointer to the manifest it wrote, the operator's bounded summary (not the record)
     xcoms = _xcoms("sb_epoch")
     pointer, outcome = xcoms[("wait_for_epoch", "return_value")], xcoms[("score", "return_value")]
-    assert pointer["manifest_uri"].startswith(f"file://{tmp_path}/in/2026-11-22/_manifests/manifest-")
+    assert pointer["manifest_uri"].startswith(f"file://{tmp_path}/out/2026-11-22/_manifests/manifest-")  # beside
+    assert not glob.glob(f"{tmp_path}/in/**/_manifests", recursive=True)  # never under the input
     assert pointer["partitions"] == 4 and pointer["fingerprint"] == record["fingerprint"]
     assert outcome["failed"] == 2 and outcome["pending"] == 0 and outcome["failed_left_out"] == 0
     assert outcome["record_uri"] == f"file://{tmp_path}/out/2026-11-22/_epoch.json"

@@ -138,3 +138,26 @@ def test_every_value_from_user_data_is_escaped(ctx, api, tmp_path):
     page = render(view)
     assert "<script>" not in page and "<img" not in page and "onerror=alert(1)>" not in page
     assert page.count(html.escape(hostile, quote=True)) >= 4
+
+
+def test_rows_set_aside_are_counted_in_the_record_the_log_and_the_view(ctx, api, tmp_path, capsys):
+    """``data_context={"on_row_error": "quarantine"}``: the epoch succeeds with its good rows, and the
+    three rows the scorer fails on are committed beside them, counted where an operator looks."""
+    from streambatch_test_dags import sb_epoch_quarantine
+
+    from airflow_streambatch.epochs.checkpoint import EpochCheckpoint
+
+    client, admin, _ = api
+    write_inputs(tmp_path / "in" / DAY, partitions=3)
+    (tmp_path / "in" / DAY / "_SUCCESS").write_text("")
+    (tmp_path / "runs").mkdir()
+    run_id, states = _run(sb_epoch_quarantine, tmp_path, reject_ids=[5, 105, 150])
+    assert states == {"wait_for_epoch": "success", "score": "success"}
+    record = EpochCheckpoint(str(tmp_path / "out" / DAY)).load()
+    assert record.counts()["quarantined"] == 3 and record.counts()["rows"] == 297
+    assert [p.quarantined for p in record.partitions] == [1, 2, 0]
+    assert "3 row(s) quarantined beside them" in capsys.readouterr().out  # the task's log
+    page = client.get(f"/streambatch/epochs/sb_epoch_quarantine/{run_id}/score",
+                      headers={"Authorization": f"Bearer {admin}"}).text
+    assert "<span id='quarantined'>3 rows quarantined</span>" in page
+    assert "+2 quarantined" in _rows(page, "committed-partitions")[1]

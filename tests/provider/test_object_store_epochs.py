@@ -68,7 +68,19 @@ def _ambient_keys_are_refused(bucket: str) -> None:
 
 
 def _keys(store: dict, prefix: str) -> list[str]:
-    return [obj["Key"] for obj in store["s3"].list_objects_v2(Bucket=store["bucket"], Prefix=prefix)["Contents"]]
+    listing = store["s3"].list_objects_v2(Bucket=store["bucket"], Prefix=prefix)
+    return [obj["Key"] for obj in listing.get("Contents", [])]
+
+
+def _xcom(dag_id: str, task_id: str):
+    from airflow import settings
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    with settings.Session() as session:
+        row = session.scalars(select(XComModel).where(XComModel.dag_id == dag_id, XComModel.task_id == task_id,
+                                                      XComModel.key == "return_value")).one()
+        return XComModel.deserialize_value(row)
 
 
 def _output_ids(store: dict) -> list[int]:
@@ -174,8 +186,14 @@ def test_the_sensor_lists_and_freezes_s3_input_with_the_connections_keys(ctx, ai
     with caplog.at_level(logging.INFO):
         states, watcher = _run_watched(getattr(streambatch_test_dags, dag_id), store, tmp_path)
     assert states == {"wait_for_epoch": "success", "score": "success"}, capfd.readouterr().out[-4000:]
-    manifests = [key for key in _keys(store, "in/2026-11-22/_manifests/") if key.endswith(".json")]
-    assert len(manifests) == 1  # written by the sensor (or its trigger)
+    # never under the input: poking, the sensor has no location (XCom carries the small manifest whole);
+    # deferred, it is told the output and the trigger writes the manifest beside it
+    assert [key for key in _keys(store, "in/") if "_manifests" in key] == []
+    manifests = [key for key in _keys(store, "out/2026-11-22/_manifests/") if key.endswith(".json")]
+    assert len(manifests) == dag_id.endswith("_deferrable")
+    pointer = _xcom(dag_id, "wait_for_epoch")
+    assert (pointer.get("manifest_uri") == f"s3://{store['bucket']}/{manifests[0]}" if manifests
+            else len(pointer["partitions"]) == 3)
     assert _output_ids(store) == list(range(300))
 
     logged = caplog.text + "".join(capfd.readouterr())

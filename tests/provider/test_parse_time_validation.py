@@ -142,7 +142,7 @@ def test_the_shipped_example_dags_parse_cleanly(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(repo / "dags"))  # as Airflow does: embed_taskflow imports text_pipelines
     bag = DagBag(dag_folder=str(repo / "dags"))
     assert bag.import_errors == {} and {"embed_text_hourly", "embed_text_light",
-                                                "embed_text_taskflow"} <= set(bag.dag_ids)
+                                                "embed_text_taskflow", "embeddings_by_hour"} <= set(bag.dag_ids)
 
 
 def test_a_sensor_frontier_typo_fails_the_import_with_the_close_match(tmp_path):

@@ -84,6 +84,7 @@ class Completions:
         op.stats.task_done(result)
         self.lineage.register(op.name, self.launcher.payloads[op.index], spec.for_replay(), result.blocks)
         self.partitions.add_files(spec.partitions, result.files)
+        self.partitions.add_quarantined(spec.partitions, result.quarantined)
         streamed = self.grants.delivered.pop((op.index, spec.task_key), set())
         for ref in result.blocks:
             if ref.block_id not in streamed:

@@ -13,7 +13,10 @@ operator with a concurrency cap ask it for an instance slot (``instance_*`` acti
 ran its tasks checks in for more (``check_in``, `check_ins.py`).
 
 Every call must carry the secret made when the server started; the server binds to
-the address executors reach the driver at (``spark.driver.host``).
+the address executors reach the driver at (``spark.driver.host``), on a port of
+``DataContext.control_ports`` when set, and speaks TLS unless ``DataContext.tls`` is off
+(`tls.py`: the secret then crosses the network only encrypted). Host agents ask it for
+their own certificate (``agent_cert``). docs/network.md is the operator's view.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import pyarrow.flight as flight
 
 from airflow_streambatch.engine.execution.check_ins import CheckInDesk
 from airflow_streambatch.engine.execution.instance_slots import InstanceSlots
+from airflow_streambatch.engine.execution.tls import ServerTls, server_tls
 from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.worker.listen import listen_on
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -43,11 +48,18 @@ class _Stream:
 
 
 class ControlServer(flight.FlightServerBase):
-    def __init__(self, host: str, bind_host: str | None = None):
-        super().__init__(f"grpc+tcp://{bind_host or host}:0")
-        self.uri = f"grpc+tcp://{host}:{self.port}"
+    """``port``: 0 for any free one (`listen_on` picks one of a range); ``tls``: None serves plaintext."""
+
+    def __init__(self, host: str, bind_host: str | None = None, *, port: int = 0, tls: ServerTls | None = None,
+                 driver_id: str | None = None, agent_ports: int | str | None = None):
+        scheme = "grpc+tls" if tls is not None else "grpc+tcp"
+        certs = {"tls_certificates": [flight.CertKeyPair(tls.cert_pem, tls.key_pem)]} if tls is not None else {}
+        super().__init__(f"{scheme}://{bind_host or host}:{port}", **certs)
+        self.uri = f"{scheme}://{host}:{self.port}"
+        self.tls = tls
+        self.agent_ports = agent_ports
         self.token = secrets.token_hex(16)
-        self.driver_id = uuid.uuid4().hex[:12]
+        self.driver_id = driver_id or uuid.uuid4().hex[:12]
         self._cond = threading.Condition()
         self._streams: dict[str, _Stream] = {}
         self._live_runs: set[str] = set()
@@ -55,7 +67,8 @@ class ControlServer(flight.FlightServerBase):
         self.check_ins = CheckInDesk()
 
     def info(self, timeout_s: float) -> ControlInfo:
-        return ControlInfo(self.uri, self.token, self.driver_id, timeout_s)
+        roots = self.tls.roots_pem.decode() if self.tls is not None else ""
+        return ControlInfo(self.uri, self.token, self.driver_id, timeout_s, roots, self.agent_ports)
 
     # -- the scheduler's side ---------------------------------------------------------
     def open_stream(self, name: str, granted: int) -> None:
@@ -87,6 +100,11 @@ class ControlServer(flight.FlightServerBase):
         with self._cond:
             self._live_runs.add(run_id)
 
+    def busy(self) -> bool:
+        """Whether a run (or a materialized dataset's blocks) still relies on this server."""
+        with self._cond:
+            return bool(self._live_runs or self._streams)
+
     def end_run(self, run_id: str) -> None:
         """The run's blocks are no longer needed anywhere: host agents remove them."""
         with self._cond:
@@ -108,7 +126,7 @@ class ControlServer(flight.FlightServerBase):
         handler = {"stream": self._stream, "grant": self._grant, "agent": self._agent,
                    "instance_acquire": self.instances.acquire, "instance_poll": self.instances.poll,
                    "instance_offer": self.instances.offer, "instance_released": self.instances.released,
-                   "check_in": self.check_ins.check_in}.get(action.type)
+                   "check_in": self.check_ins.check_in, "agent_cert": self._agent_cert}.get(action.type)
         if handler is None:
             raise flight.FlightServerError(f"unknown action {action.type!r}")
         return [json.dumps(handler(body)).encode()]
@@ -142,19 +160,54 @@ class ControlServer(flight.FlightServerBase):
         with self._cond:
             return {"live_runs": sorted(self._live_runs)}
 
+    def _agent_cert(self, body: dict) -> dict:
+        """A certificate for a host agent serving at ``host``, with its key: asked over this TLS
+        channel with the secret, so the key crosses the network encrypted, to a holder of the secret."""
+        if self.tls is None:
+            raise flight.FlightServerError("TLS is off on this driver (DataContext.tls=False)")
+        cert, key = self.tls.authority.issue(str(body["host"]))
+        return {"cert": cert.decode(), "key": key.decode()}
+
 
 _server: ControlServer | None = None
+_server_settings: tuple | None = None
 _server_lock = threading.Lock()
 
 
-def control_server(spark) -> ControlServer:
+def _network_settings(ctx) -> tuple:
+    return (ctx.control_ports, ctx.agent_ports, ctx.tls, ctx.tls_cert_file, ctx.tls_key_file, ctx.tls_ca_file)
+
+
+def control_server(spark, ctx=None) -> ControlServer:
     """This driver's control server, started on first use at the address executors reach
-    the driver at (``spark.driver.host``; bound to ``spark.driver.bindAddress`` when set)."""
-    global _server
+    the driver at (``spark.driver.host``; bound to ``spark.driver.bindAddress`` when set),
+    with the network settings of ``ctx`` (`DataContext`; the current one when None).
+
+    One per driver process: a run whose network settings differ from the running server's
+    restarts it when no run uses it, and fails naming the settings when one does."""
+    global _server, _server_settings
+    if ctx is None:
+        from airflow_streambatch.engine.context import DataContext
+        ctx = DataContext.get_current()
+    wanted = _network_settings(ctx)
     with _server_lock:
+        if _server is not None and _server_settings != wanted:
+            if _server.busy():
+                raise RuntimeError(
+                    "this driver's control plane runs with control_ports, agent_ports, tls, tls_cert_file, "
+                    f"tls_key_file, tls_ca_file = {_server_settings!r} for runs still going, and this run asks for "
+                    f"{wanted!r}: these DataContext settings hold for a whole driver process; run with the same ones")
+            _server.shutdown()
+            _server = None
         if _server is None:
             conf = spark.sparkContext.getConf()
             host = conf.get("spark.driver.host", "127.0.0.1")
-            _server = ControlServer(host, conf.get("spark.driver.bindAddress", None))
+            bind = conf.get("spark.driver.bindAddress", None) or host
+            driver_id = uuid.uuid4().hex[:12]
+            tls = server_tls(host, driver_id, ctx.tls_cert_file, ctx.tls_key_file, ctx.tls_ca_file) if ctx.tls else None
+            _server = listen_on(lambda port: ControlServer(host, bind, port=port, tls=tls, driver_id=driver_id,
+                                                           agent_ports=ctx.agent_ports),
+                                bind, ctx.control_ports, "DataContext.control_ports")
+            _server_settings = wanted
             log.debug("control plane listening at %s", _server.uri)
         return _server

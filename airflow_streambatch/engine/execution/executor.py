@@ -26,7 +26,6 @@ from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.check_ins import LINGER_S, MAX_JOB_S, CheckIn, Parked
 from airflow_streambatch.engine.execution.completion import Completions
 from airflow_streambatch.engine.execution.control_server import control_server
-from airflow_streambatch.engine.execution.failures import warn_if_block_dir_small
 from airflow_streambatch.engine.execution.flow import BlockFlow
 from airflow_streambatch.engine.execution.launcher import Launcher
 from airflow_streambatch.engine.execution.lineage import LineageTable
@@ -45,6 +44,7 @@ from airflow_streambatch.engine.plan.planner import InputBlocksOp, PhysicalOp, R
 from airflow_streambatch.engine.spark.backend import SparkBackend
 from airflow_streambatch.engine.spark.profiles import check_stage_scheduling, spark_assigns_gpus
 from airflow_streambatch.engine.spark.session import get_spark, ship_package, slots_from_spark, spark_task_slots
+from airflow_streambatch.engine.worker.block_room import check_block_room
 from airflow_streambatch.engine.worker.blocks import BlockRef, create_run_dir
 from airflow_streambatch.engine.worker.task_runner import TaskResult
 
@@ -94,13 +94,14 @@ class StreamingExecutor:
     def start(self) -> StreamingExecutor:
         self.spark = get_spark(min_slots=int(sum((self.ctx.resources or {}).values())))
         ship_package(self.spark)
-        self.control = control_server(self.spark)
+        self.control = control_server(self.spark, self.ctx)
         self.blocks = BlockAccess(self.control.info(self.ctx.control_timeout_s))
         requests = {op.name: op.compute.as_dict() for op in self.ops if op.runs_tasks}
         check_stage_scheduling(self.spark, requests)  # a cluster that cannot place these tasks fails now, by setting
         pool = ResourcePool(self.ctx.resources or slots_from_spark(self.spark, requests.values()),
                             spark_task_slots(self.spark), assign_gpus=not spark_assigns_gpus(self.spark))
         fit_blocks_to_memory_limit(self.ctx)
+        check_block_room(self.ctx.block_dir, self.ctx.memory_limit)  # before anything of the run exists
         self.memory = MemoryBudget(self.ctx.memory_limit)
         policy = make_policy(self.ctx.scheduling_policy, self.memory)
         self.operators = build_operators(self.ops, self.ctx, pool)
@@ -118,7 +119,8 @@ class StreamingExecutor:
         self.policy = policy
         self.launcher = Launcher(self.ctx, self.operators, self.backend, pool, self.memory, policy, self.grants,
                                  self.run_dir, self.run_id, self.stats.launch_log, self.blocks,
-                                 host_agents=not self.spark.sparkContext.master.startswith("local"))
+                                 host_agents=not self.spark.sparkContext.master.startswith("local"),
+                                 label=self.partitions.label)
         self.flow.running_orders = lambda index: [spec.order for launch in self.launcher.launches.values()
                                                   for spec in launch.running(index)]
         self.completions = Completions(self.ctx, self.flow, self.partitions, self.lineage, self.launcher, self.grants)
@@ -126,7 +128,6 @@ class StreamingExecutor:
         create_run_dir(self.ctx.block_dir, self.run_id)
         self.control.start_run(self.run_id)
         self.control.check_ins.open(self.run_id, self.backend.outcomes.put)
-        warn_if_block_dir_small(self.ctx)
         if self.committer is not None:
             self.committer.claim_staging()
         if self.ctx.progress_interval_s:

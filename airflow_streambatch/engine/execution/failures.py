@@ -75,15 +75,6 @@ def disk_full_error(path: str, ctx: DataContext, operator: str, partitions: tupl
     return StreamBatchError(message)
 
 
-def warn_if_block_dir_small(ctx: DataContext) -> None:
-    """Say at start when the block directory cannot hold ``memory_limit`` of blocks."""
-    free = _free_bytes(ctx.block_dir)
-    if free < ctx.memory_limit:
-        log.warning("DataContext.block_dir %s has %s free, less than DataContext.memory_limit (%s): a run that "
-                    "buffers that much will stop with a disk-full error; lower memory_limit or move block_dir",
-                    ctx.block_dir, human_bytes(free), human_bytes(ctx.memory_limit))
-
-
 def _free_bytes(path: str) -> int:
     while path and not os.path.exists(path):
         path = os.path.dirname(path)

@@ -10,6 +10,7 @@ slot's GPU ids, and an output stream the driver watches (`memory.MemoryGrants`).
 from __future__ import annotations
 
 import queue
+from collections.abc import Callable
 import time
 from dataclasses import dataclass, field
 
@@ -73,7 +74,7 @@ class Launch:
 class Launcher:
     def __init__(self, ctx: DataContext, operators: list[Operator], backend: SparkBackend, pool: ResourcePool,
                  memory: MemoryBudget, policy: SchedulingPolicy, grants: MemoryGrants, run_dir: str, run_id: str,
-                 launch_log: list, blocks: BlockAccess, host_agents: bool):
+                 launch_log: list, blocks: BlockAccess, host_agents: bool, label: Callable[[int], str]):
         self.ctx = ctx
         self.backend = backend
         self.pool = pool
@@ -86,9 +87,11 @@ class Launcher:
         self.payloads = {
             op.index: cloudpickle.dumps(OperatorPayload(
                 op.index, op.name, op.physical.transforms, run_dir, op.max_block_bytes, run_id, blocks.control,
-                host_agents))
+                host_agents, memory_limit=ctx.memory_limit))
             for op in operators if op.runs_tasks
         }
+        self.label = label  # an input partition's label, for tasks that name it in rows they set aside
+        self.quarantining = {op.index for op in operators if any(t.dead_letter for t in op.physical.transforms)}
 
     def launch(self, op: Operator) -> None:
         """Launch a group as one Spark job: one partition per free slot, each running up
@@ -152,6 +155,8 @@ class Launcher:
         op = spark_partition.op
         spec.inputs = [self.blocks.current(ref) for ref in spec.inputs]  # rebuilt ones may live elsewhere now
         spec.gpu_ids = spark_partition.gpu_ids
+        if op.index in self.quarantining:
+            spec.label = self.label(spec.partitions[0])
         spec.stream = stream_name(op.index, spec.task_key, launch_id)
         spec.pull = (launch_id, part) if self.ctx.group_scheduling else None
         input_bytes = sum(ref.size_bytes for ref in spec.inputs)

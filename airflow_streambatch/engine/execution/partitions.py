@@ -76,6 +76,7 @@ class PartitionTracker:
         self.identities: dict[int, str] = {}
         self.failures: dict[int, PartitionFailure] = {}
         self.files: dict[int, list[StagedFile]] = defaultdict(list)
+        self.quarantined: dict[int, dict[str, StagedFile]] = defaultdict(dict)  # by path: a replay writes it again
         self.committed: dict[int, CommitRecord] = {}
         self._held: set[str] = set()
         self.on_commit: Callable[[CommitRecord], None] | None = None
@@ -117,6 +118,10 @@ class PartitionTracker:
         for p in partitions:
             self.files[p].extend(files)
 
+    def add_quarantined(self, partitions: tuple[int, ...], files: list[StagedFile]) -> None:
+        for file in files:
+            self.quarantined[partitions[0]][file.path] = file
+
     def is_failed(self, partitions: tuple[int, ...]) -> bool:
         return any(p in self.failures for p in partitions)
 
@@ -139,7 +144,7 @@ class PartitionTracker:
         are released without committing anything. Returns the groups with relabelled slices, each
         held for its partition until the task that reads it is done."""
         self.barriers_left -= 1
-        for mapping in (self.outstanding, self.labels, self.identities, self.files):
+        for mapping in (self.outstanding, self.labels, self.identities, self.files, self.quarantined):
             mapping.clear()
         self._held.clear()
         relabelled = []
@@ -159,8 +164,9 @@ class PartitionTracker:
         if self.barriers_left:  # an input partition of a write that commits after a repartition
             return
         label, files = self.label(partition), self.files.pop(partition, [])
+        quarantined = list(self.quarantined.pop(partition, {}).values())
         try:
-            records = self.committer.commit(partition, label, files, self.identities.get(partition, ""))
+            records = self.committer.commit(partition, label, files, self.identities.get(partition, ""), quarantined)
         except (SchemaMismatchError, FileExistsError) as exc:
             self.fail(PartitionFailure(partition, label, self.sink_name, f"{type(exc).__name__}: {exc}"))
             return
@@ -174,8 +180,9 @@ class PartitionTracker:
     def _landed(self, records: list[CommitRecord]) -> None:
         for record in records:
             self.committed[record.partition] = record
-            log.info("committed partition %d (%s): %d rows in %d file(s)", record.partition, record.label,
-                     record.rows, len(record.files))
+            log.info("committed partition %d (%s): %d rows in %d file(s)%s", record.partition, record.label,
+                     record.rows, len(record.files),
+                     f", {record.quarantined_rows} row(s) quarantined" if record.quarantined_rows else "")
             if self.on_commit is not None:
                 try:
                     self.on_commit(record)

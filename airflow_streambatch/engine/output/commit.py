@@ -70,6 +70,8 @@ class CommitRecord:
     run_id: str
     inputs: str = ""  # fingerprint of the input the partition was computed from
     schema: list[list[str]] | None = None  # [[column, arrow type], ...]; None for an empty partition
+    quarantined: list[str] = field(default_factory=list)  # files of the rows set aside (`worker/row_errors.py`)
+    quarantined_rows: int = 0
     committed_at: float = field(default_factory=time.time)
 
 
@@ -226,20 +228,25 @@ class PartitionCommitter:
         data = {"run_id": self.run_id, "tag": self.tag, "state": state, "at": time.time()}
         self.protocol.write_whole(f"{self.root}/{WRITE_STATE}", json.dumps(data).encode())
 
-    def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> list[CommitRecord]:
-        """Make the staged files of ``partition`` visible, with their record; the records now
-        committed (this partition's: a table's committer batches partitions, `tables.py`).
+    def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "",
+               quarantined: list[StagedFile] = ()) -> list[CommitRecord]:
+        """Make the staged files of ``partition`` visible, with their record, and the rows its tasks
+        set aside (``quarantined``) beside them; the records now committed (this partition's: a
+        table's committer batches partitions, `tables.py`).
 
         Raises `SchemaMismatchError` (and commits nothing) when the partition's columns
         differ from those already committed to this path.
         """
         schema = self.schemas.check(partition, label, files)
         names = sorted(f.path.rsplit("/", 1)[-1] for f in files)
+        aside = sorted(f.path.rsplit("/", 1)[-1] for f in quarantined)
         record = CommitRecord(
             partition=partition, label=label, files=[f"{partition_dir(partition, self.tag)}/{n}" for n in names],
             rows=sum(f.rows for f in files), bytes=sum(f.bytes for f in files), run_id=self.run_id,
-            inputs=inputs, schema=schema,
+            inputs=inputs, schema=schema, quarantined=[f"{partition_dir(partition, self.tag)}/{n}" for n in aside],
+            quarantined_rows=sum(f.rows for f in quarantined),
         )
+        names += aside
         self.lease.check()  # a writer whose lease was taken over commits nothing more
         final = f"{self.root}/{partition_dir(partition, self.tag)}"
         self._in_flight[partition_dir(partition)] = (final, names)
@@ -303,7 +310,7 @@ class PartitionCommitter:
             for info in dead:
                 run = info.base_name
                 left = {partition_dir(rec.partition): (f"{self.root}/{name}", [f.rsplit("/", 1)[-1] for f in
-                                                                               rec.files])
+                                                                               rec.files + rec.quarantined])
                         for name, rec in records.items() if rec.run_id == run}
                 self.protocol.settle(info.path, left)
                 self.fs.delete_dir(info.path)

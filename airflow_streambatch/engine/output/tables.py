@@ -130,8 +130,11 @@ class TableCommitter:
     def claim_staging(self) -> None:
         self.fs.create_dir(self.root, recursive=True)
 
-    def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "") -> list[CommitRecord]:
+    def commit(self, partition: int, label: str, files: list[StagedFile], inputs: str = "",
+               quarantined: list[StagedFile] = ()) -> list[CommitRecord]:
         """Hold the partition for the next transaction; the records committed now (a batch, when due)."""
+        if quarantined:  # refused when the write is planned (`plan/row_errors.py`); never dropped silently
+            raise ValueError(f"partition {partition} ({label}) set rows aside, which a table write cannot keep")
         schema = self.schemas.check(partition, label, files)
         record = CommitRecord(partition=partition, label=label, files=[self._relative(f.path) for f in files],
                               rows=sum(f.rows for f in files), bytes=sum(f.bytes for f in files),

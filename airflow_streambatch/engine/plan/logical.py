@@ -82,6 +82,8 @@ class Transform:
     name: str
     compute: ResourceRequest
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    on_error: str | None = None  # "fail" | "quarantine"; None: DataContext.on_row_error (`plan/row_errors.py`)
+    dead_letter: str | None = None  # set when planned: the write's path, where its failing rows are set aside
 
     def apply(self, tables: Iterator[pa.Table], env: udf.TaskEnv) -> Iterator[pa.Table]:
         raise NotImplementedError

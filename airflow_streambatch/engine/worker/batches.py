@@ -76,12 +76,16 @@ def _numpy_to_arrow(values) -> pa.Array:
 
 
 def rows_to_table(rows: list[dict], operator: str, keys=None) -> pa.Table:
-    """Rows (dicts) a row function produced, as a table.
+    """Rows (dicts) a row function produced, as a table (`check_rows` first)."""
+    check_rows(rows, operator, keys)
+    return pa.Table.from_pylist(rows)
 
-    Every row must have the keys of the first one (or ``keys``, those of the rows
-    the operator produced before): Arrow builds the columns from the first row, so
-    a key only some rows have would be dropped, and a missing one filled with null,
-    silently. One key-set comparison per row is all this costs.
+
+def check_rows(rows: list[dict], operator: str, keys=None) -> None:
+    """Every row must be a dict with the keys of the first one (or ``keys``, those of the rows
+    the operator produced before): Arrow builds the columns from the first row, so a key only
+    some rows have would be dropped, and a missing one filled with null, silently. One key-set
+    comparison per row is all this costs.
     """
     if keys is None and rows and isinstance(rows[0], dict):
         keys = rows[0].keys()
@@ -94,7 +98,6 @@ def rows_to_table(rows: list[dict], operator: str, keys=None) -> pa.Table:
                 "Every row must have the same keys (put None where a row has no value): otherwise the missing "
                 "columns would be filled with nulls and the extra ones dropped"
             )
-    return pa.Table.from_pylist(rows)
 
 
 def rebatch(tables: Iterable[pa.Table], batch_size: int | None) -> Iterator[pa.Table]:

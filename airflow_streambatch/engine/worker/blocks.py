@@ -148,11 +148,6 @@ def _sweep_orphans(block_dir: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def read_block_schema(ref: BlockRef) -> pa.Schema:
-    with pa.memory_map(ref.path, "r") as source:
-        return pa.ipc.open_file(source).schema
-
-
 class BlockBuilder:
     """Cuts a stream of tables into blocks of at most ``target_bytes`` (streaming repartition);
     only a single row larger than that makes a larger block.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.flight as flight
 
@@ -31,12 +31,17 @@ class ControlInfo:
     :param driver_id: names the driver's host agents and the run directories they own.
     :param timeout_s: how long a task keeps trying to reach the driver
         (`DataContext.control_timeout_s`).
+    :param tls_roots: PEM of the authorities whose certificates the driver and the host agents
+        present (``grpc+tls://``); empty when TLS is off. Public: a certificate is no secret.
+    :param agent_ports: the ports a host agent may listen on (`DataContext.agent_ports`).
     """
 
     uri: str
-    token: str
+    token: str = field(repr=False)  # never in a log line or a traceback's repr
     driver_id: str
     timeout_s: float
+    tls_roots: str = field(default="", repr=False)
+    agent_ports: int | str | None = None
 
 
 class DriverUnreachableError(RuntimeError):
@@ -47,12 +52,15 @@ _clients: dict[str, flight.FlightClient] = {}
 _clients_lock = threading.Lock()
 
 
-def client(uri: str) -> flight.FlightClient:
-    """One Flight client per address and process (a Python worker runs many tasks)."""
+def client(uri: str, tls_roots: str = "") -> flight.FlightClient:
+    """One Flight client per address and process (a Python worker runs many tasks); a ``grpc+tls://``
+    address is verified against ``tls_roots`` only (never the system's authorities, never unverified)."""
+    key = f"{uri} {hash(tls_roots)}"
     with _clients_lock:
-        if uri not in _clients:
-            _clients[uri] = flight.FlightClient(uri)
-        return _clients[uri]
+        if key not in _clients:
+            tls = {"tls_root_certs": tls_roots.encode()} if uri.startswith("grpc+tls://") else {}
+            _clients[key] = flight.FlightClient(uri, **tls)
+        return _clients[key]
 
 
 RETRYABLE = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
@@ -73,7 +81,7 @@ def call(info: ControlInfo, action: str, body: dict, wait_s: float = 0.0) -> dic
         # a call that blocks on the driver gets its wait on top, so a slow grant is not a dead driver
         options = flight.FlightCallOptions(timeout=max(0.5, min(wait_s + 5.0, left + wait_s)))
         try:
-            results = list(client(info.uri).do_action(flight.Action(action, payload), options=options))
+            results = list(client(info.uri, info.tls_roots).do_action(flight.Action(action, payload), options=options))
             return json.loads(results[0].body.to_pybytes()) if results else {}
         except RETRYABLE as exc:
             if time.monotonic() >= deadline:

@@ -29,13 +29,16 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from airflow_streambatch.engine.worker.block_room import check_block_room
 from airflow_streambatch.engine.worker.blocks import check_block_dir
 from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
 from airflow_streambatch.engine.worker.files import atomic_write
+from airflow_streambatch.engine.worker.listen import listen_on
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, owner_mark, process_alive, process_start, this_host
 
 HEARTBEAT_S = 1.0
@@ -45,11 +48,14 @@ START_TIMEOUT_S = 30.0
 
 
 class BlockServer(flight.FlightServerBase):
-    """Serves block files under ``block_dir`` to holders of the driver's secret."""
+    """Serves block files under ``block_dir`` to holders of the driver's secret; over TLS when
+    ``tls`` (certificate PEM, key PEM) is given."""
 
-    def __init__(self, host: str, block_dir: str, token: str):
-        super().__init__(f"grpc+tcp://{host}:0")
-        self.uri = f"grpc+tcp://{host}:{self.port}"
+    def __init__(self, host: str, block_dir: str, token: str, port: int = 0, tls: tuple[str, str] | None = None):
+        scheme = "grpc+tls" if tls else "grpc+tcp"
+        certs = {"tls_certificates": [flight.CertKeyPair(*tls)]} if tls else {}
+        super().__init__(f"{scheme}://{host}:{port}", **certs)
+        self.uri = f"{scheme}://{host}:{self.port}"
         self.block_dir = os.path.realpath(block_dir)
         self.token = token
 
@@ -107,12 +113,21 @@ def _own_run_dirs(block_dir: str, mark: str) -> dict[str, str]:
 
 def serve(block_dir: str, host: str, control: ControlInfo) -> None:
     """The agent's life: serve, follow the driver's live runs, clean up, exit."""
-    server = BlockServer(host, block_dir, control.token)
+    heartbeat = replace(control, timeout_s=ORPHAN_S)
+    tls = None
+    if control.tls_roots:  # the driver speaks TLS: so does its agent, with a certificate the driver signs
+        try:
+            issued = call(heartbeat, "agent_cert", {"host": host})
+        except (DriverUnreachableError, flight.FlightUnauthenticatedError):
+            _remove_agent_files(block_dir, control.driver_id)  # the driver died while this agent started
+            return
+        tls = (issued["cert"], issued["key"])
+    server = listen_on(lambda port: BlockServer(host, block_dir, control.token, port, tls), host,
+                       control.agent_ports, "DataContext.agent_ports")
     mark = owner_mark()
     info_path = agent_file(block_dir, control.driver_id)
     atomic_write(info_path, json.dumps({"uri": server.uri, "pid": os.getpid(),
                                         "start": process_start(os.getpid()), "mark": mark}))
-    heartbeat = ControlInfo(control.uri, control.token, control.driver_id, ORPHAN_S)
     last_live = time.monotonic()
     try:
         while True:
@@ -134,12 +149,16 @@ def serve(block_dir: str, host: str, control: ControlInfo) -> None:
             os.remove(info_path)  # first: a task that looks for the agent from now on starts a new one
         for path in _own_run_dirs(block_dir, mark).values():
             shutil.rmtree(path, ignore_errors=True)
-        for leftover in (lock_file(block_dir, control.driver_id), log_file(block_dir, control.driver_id)):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(leftover)
-        with contextlib.suppress(OSError):
-            os.rmdir(block_dir)  # only when empty: other drivers' blocks stay
+        _remove_agent_files(block_dir, control.driver_id)
         server.shutdown()
+
+
+def _remove_agent_files(block_dir: str, driver_id: str) -> None:
+    for leftover in (lock_file(block_dir, driver_id), log_file(block_dir, driver_id)):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(leftover)
+    with contextlib.suppress(OSError):
+        os.rmdir(block_dir)  # only when empty: other drivers' blocks stay
 
 
 def _agent_name(block_dir: str, driver_id: str, suffix: str) -> str:
@@ -181,9 +200,10 @@ def _running(info_path: str) -> dict | None:
     return info if alive else None
 
 
-def ensure_agent(block_dir: str, control: ControlInfo) -> dict:
+def ensure_agent(block_dir: str, control: ControlInfo, memory_limit: int = 0) -> dict:
     """This host's agent for the driver (started if none runs); returns its ``uri`` and the
-    ``mark`` of the run directories it owns."""
+    ``mark`` of the run directories it owns. Before starting one, checks that ``block_dir``
+    holds ``memory_limit`` (`block_room.py`)."""
     check_block_dir(block_dir)
     info_path = agent_file(block_dir, control.driver_id)
     if (info := _running(info_path)) is not None:
@@ -201,6 +221,8 @@ def ensure_agent(block_dir: str, control: ControlInfo) -> dict:
                 continue  # an exiting agent removed this lock file while we waited: take the new one
             if (info := _running(info_path)) is not None:
                 return info
+            if memory_limit:
+                check_block_room(block_dir, memory_limit, f"executor host {this_host()}")
             return _start(block_dir, control, info_path)
         finally:
             os.close(fd)
@@ -223,7 +245,8 @@ def _start(block_dir: str, control: ControlInfo, info_path: str) -> dict:
             return info
         time.sleep(0.05)
     proc.kill()
-    with open(log_path, errors="replace") as f:
+    tail = ""
+    with contextlib.suppress(FileNotFoundError), open(log_path, errors="replace") as f:  # gone: it saw the driver die
         tail = f.read()[-2000:]
     raise RuntimeError(f"the host agent for block directory {block_dir} did not start within {START_TIMEOUT_S:.0f} s "
                        f"(exit code {proc.poll()}): {tail}")

@@ -95,12 +95,6 @@ def end_task(leases: list[Lease]) -> None:
             _release(lease, ask=not lease.must_go and _worker_reused())
 
 
-def held() -> int:
-    """Instances this process holds under slots (tests and diagnostics)."""
-    with _cond:
-        return len(_leases)
-
-
 def _take_held(key: tuple, name: str, timeout_s: float) -> Lease | None:
     """The lease this process holds for ``key``, now busy; waits (bounded) for a release under way."""
     with _cond:

@@ -23,6 +23,7 @@ from airflow_streambatch.engine.errors import is_disk_full
 from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef, write_block
 from airflow_streambatch.engine.worker.control_client import ControlInfo, call
 from airflow_streambatch.engine.worker.host_agent import ensure_agent, prepare_run_dir
+from airflow_streambatch.engine.worker.row_errors import write_set_aside
 from airflow_streambatch.engine.worker.staging import StagedFile
 from airflow_streambatch.engine.worker.streams import NO_GRANT_LIMIT, OutputStream, TaskYielded
 from airflow_streambatch.engine.worker.transport import BlockLostError, read_any
@@ -50,6 +51,7 @@ class OperatorPayload:
     control: ControlInfo | None = None
     host_agents: bool = False
     location: str = ""  # set on the executor: this host's agent
+    memory_limit: int = 0  # DataContext.memory_limit: a host's block directory must hold it (`block_room.py`)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class TaskSpec:
     alone: bool = False  # shared a Spark job that failed: runs in a job of its own, to find the task at fault
     order: tuple[int, ...] = ()  # the place of its output in input order (`BlockRef.order`)
     pull: tuple[int, int] | None = None  # (launch, Spark partition) it runs in, which checks in for more
+    label: str | None = None  # its input partition's label, where it may set rows aside (`row_errors.py`)
 
     def for_replay(self) -> TaskSpec:
         """This task as lineage replays it: synchronously, writing every block, unwatched."""
@@ -97,6 +100,7 @@ class TaskResult:
     exception: bytes | None = None  # the user's exception, pickled (`portable_exception`), for the driver to raise
     builds: int = 0  # stateful UDF instances (model copies) the task built
     build_s: float = 0.0  # seconds it spent building them (part of ``work_s``)
+    quarantined: list[StagedFile] = field(default_factory=list)  # the rows it set aside, staged (`row_errors.py`)
 
 
 MAX_EXCEPTION_BYTES = 64 * 1024
@@ -186,7 +190,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
         return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost)
     gpu_ids, local = _task_gpus(spec)
     env = TaskEnv(gpu_ids=gpu_ids, task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions,
-                  control=op.control)
+                  control=op.control, input_label=spec.label)
     gpu_env(env.gpu_ids, local=local)
     output = TaskOutput(op, spec)
     builder = BlockBuilder(op.target_block_bytes, output.emit)
@@ -204,6 +208,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
                 pass
         for _ in builder.finish():
             pass
+        quarantined = write_set_aside(env)
         if output.stream is not None:
             output.stream.finish(len(output.blocks))
     except TaskYielded:  # the driver needs the slot: what was announced stays delivered
@@ -223,7 +228,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
         spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,
         sum(ref.size_bytes for ref in output.blocks), files=env.written, fetched_bytes=fetched,
-        builds=env.builds, build_s=env.build_s,
+        builds=env.builds, build_s=env.build_s, quarantined=quarantined,
     )
 
 
@@ -275,7 +280,7 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
     if op.host_agents:  # this host's blocks outlive this worker: its agent serves them, then removes them
-        agent = ensure_agent(os.path.dirname(op.run_dir), op.control)
+        agent = ensure_agent(os.path.dirname(op.run_dir), op.control, op.memory_limit)
         prepare_run_dir(op.run_dir, agent["mark"])
         op.location = agent["uri"]
     specs = [cloudpickle.loads(blob) for group in groups for blob in group]

@@ -33,7 +33,7 @@ def read_any(ref: BlockRef, control: ControlInfo | None) -> tuple[pa.Table, int]
     ticket = flight.Ticket(json.dumps({"token": control.token, "path": ref.path}).encode())
     options = flight.FlightCallOptions(timeout=control.timeout_s)
     try:
-        table = client(ref.location).do_get(ticket, options=options).read_all()
+        table = client(ref.location, control.tls_roots).do_get(ticket, options=options).read_all()
     except (flight.FlightError, OSError) as exc:
         raise BlockLostError(f"block {ref.block_id} could not be fetched from {ref.location}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
@@ -48,7 +48,8 @@ def delete_blocks(location: str, paths: list[str], control: ControlInfo) -> bool
     (a host that is gone took them with it, and an agent removes an ended run's directory anyway)."""
     body = json.dumps({"token": control.token, "paths": paths}).encode()
     try:
-        list(client(location).do_action(flight.Action("delete", body), options=flight.FlightCallOptions(timeout=10)))
+        options = flight.FlightCallOptions(timeout=10)
+        list(client(location, control.tls_roots).do_action(flight.Action("delete", body), options=options))
     except (flight.FlightUnavailableError, flight.FlightTimedOutError):
         return False
     except flight.FlightError:

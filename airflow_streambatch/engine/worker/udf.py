@@ -30,9 +30,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.worker.batches import from_udf_output, rebatch, rows_to_table, to_format
+from airflow_streambatch.engine.worker.batches import check_rows, from_udf_output, rebatch, rows_to_table, to_format
 from airflow_streambatch.engine.worker.control_client import ControlInfo
 from airflow_streambatch.engine.worker.instance_lease import Lease, end_task, instance_for
+from airflow_streambatch.engine.worker.row_errors import guarded, set_aside
 
 # (operator uid, gpu ids) -> constructed stateful UDF without a concurrency cap, per Python worker process.
 _INSTANCES: dict[tuple[str, tuple[str, ...]], Any] = {}
@@ -51,6 +52,9 @@ class TaskEnv:
     leases: list[Lease] = field(default_factory=list)  # capped instances this task uses
     builds: int = 0  # stateful UDF instances (model copies) this task built
     build_s: float = 0.0  # seconds it spent building them: a cold start, reported by `Dataset.stats()`
+    input_label: str | None = None  # the task's input partition, named in rows set aside (`row_errors.py`)
+    set_aside: list[dict] = field(default_factory=list)  # rows a function failed on, with on_error="quarantine"
+    dead_letter: str | None = None  # the write's path, where those rows are staged
 
     def end_task(self) -> None:
         """The task is over: its capped instances go idle, or are released if the driver wants them."""
@@ -83,13 +87,20 @@ def _udf(transform, env: TaskEnv) -> Callable:
 def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
     """``MapBatches``: the UDF over batches of ``batch_size`` rows in ``batch_format``."""
     fn = _udf(transform, env)
-    for batch in rebatch(tables, transform.batch_size):
+
+    def call(batch: pa.Table) -> Iterator[pa.Table]:
         out = fn(to_format(batch, transform.batch_format), *transform.fn_args, **transform.fn_kwargs)
-        if inspect.isgenerator(out):
-            for item in out:
-                yield from_udf_output(item, transform.name)
-        else:
+        if not inspect.isgenerator(out):
             yield from_udf_output(out, transform.name)
+            return
+        for item in out:
+            yield from_udf_output(item, transform.name)
+
+    for batch in rebatch(tables, transform.batch_size):
+        if transform.dead_letter is None:
+            yield from call(batch)
+        else:  # each output whole before any goes on: a failing call's partial output is made again by halves
+            yield from guarded(lambda b: list(call(b)), batch, transform, env)
 
 
 def _row_udf(transform, env: TaskEnv) -> Callable[[dict], Any]:
@@ -98,48 +109,75 @@ def _row_udf(transform, env: TaskEnv) -> Callable[[dict], Any]:
     return (lambda row: fn(row, *args, **kwargs)) if args or kwargs else fn
 
 
+_SET_ASIDE = object()  # in place of the result of a call that failed and whose row was set aside
+
+
+def _guarded_rows(fn, rows: list[dict], transform, env) -> list:
+    """``fn(row)`` for each row; with on_error="quarantine" a row ``fn`` raises on is set aside."""
+    if transform.dead_letter is None:
+        return [fn(row) for row in rows]
+    out = []
+    for row in rows:
+        try:
+            out.append(fn(row))
+        except Exception as exc:  # noqa: BLE001 - user code
+            set_aside(env, transform, row, exc)
+            out.append(_SET_ASIDE)
+    return out
+
+
 def filter_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
     """``filter``: keep the rows (dicts) for which the function is true."""
     fn = _row_udf(transform, env)
     for table in tables:
-        mask = [bool(fn(row)) for row in table.to_pylist()]
+        mask = [keep is True for keep in _guarded_rows(lambda row: bool(fn(row)), table.to_pylist(), transform, env)]
         if any(mask):
             yield table.filter(pa.array(mask))
 
 
-def _one_row_each(fn, rows: list[dict], name: str) -> list:
-    return [fn(row) for row in rows]
+def _one_row(produced, name: str) -> list:
+    return [produced]
 
 
-def _rows_each(fn, rows: list[dict], name: str) -> list:
-    out = []
-    for row in rows:
-        produced = fn(row)
-        if isinstance(produced, dict) or not hasattr(produced, "__iter__"):
-            raise TypeError(f"{name} must return an iterable of dict rows, got {type(produced).__name__}")
-        out.extend(produced)
-    return out
+def _rows_of(produced, name: str) -> list:
+    if isinstance(produced, dict) or not hasattr(produced, "__iter__"):
+        raise TypeError(f"{name} must return an iterable of dict rows, got {type(produced).__name__}")
+    return list(produced)
 
 
-def _rows_to_tables(transform, tables: Iterator[pa.Table], produce, env: TaskEnv) -> Iterator[pa.Table]:
+def _rows_to_tables(transform, tables: Iterator[pa.Table], rows_of, env: TaskEnv) -> Iterator[pa.Table]:
     keys = None  # the first output row's keys: every later row of the task must match them
     fn = _row_udf(transform, env)
+
+    def produce(row: dict) -> list:
+        nonlocal keys
+        out = rows_of(fn(row), transform.name)
+        if transform.dead_letter is not None and out:  # a row that returns other keys is set aside too
+            check_rows(out, transform.name, keys if keys is not None else _keys(out[0]))
+            keys = keys if keys is not None else _keys(out[0])
+        return out
+
     for table in tables:
-        out = produce(fn, table.to_pylist(), transform.name)
+        out = [row for rows in _guarded_rows(produce, table.to_pylist(), transform, env) if rows is not _SET_ASIDE
+               for row in rows]
         if out:
-            if keys is None and isinstance(out[0], dict):
-                keys = frozenset(out[0])
+            if keys is None:
+                keys = _keys(out[0])
             yield rows_to_table(out, transform.name, keys)
+
+
+def _keys(row) -> frozenset | None:
+    return frozenset(row) if isinstance(row, dict) else None
 
 
 def map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
     """``map``: one output row (a dict) per input row."""
-    return _rows_to_tables(transform, tables, _one_row_each, env)
+    return _rows_to_tables(transform, tables, _one_row, env)
 
 
 def flat_map_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
     """``flat_map``: any number of output rows per input row."""
-    return _rows_to_tables(transform, tables, _rows_each, env)
+    return _rows_to_tables(transform, tables, _rows_of, env)
 
 
 ROW_OPERATIONS = {"map": map_rows, "flat_map": flat_map_rows, "filter": filter_rows}
