@@ -36,7 +36,8 @@ def _default_memory_limit() -> int:
 
 def _default_block_dir() -> str:
     """``$STREAMBATCH_BLOCK_DIR`` (a cluster's shared directory, as docker-compose.yaml sets it),
-    else tmpfs where there is one (a 128 MiB block costs 0.25 s there), else the temp dir.
+    else tmpfs where there is one with room for the default ``memory_limit`` (a 128 MiB block
+    costs 0.25 s there), else the temp dir: a default never fails `block_room`'s check at start.
 
     The default is per user (``streambatch-<uid>``): a directory every local user shares
     lets any of them pre-create it and swap or read the blocks of another's runs. The
@@ -45,8 +46,14 @@ def _default_block_dir() -> str:
     if os.environ.get("STREAMBATCH_BLOCK_DIR"):
         return os.environ["STREAMBATCH_BLOCK_DIR"]
     shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    roomy = os.path.isdir(shm) and os.access(shm, os.W_OK) and _free_bytes(shm) >= _default_memory_limit()
+    base = shm if roomy else tempfile.gettempdir()  # a container's 64 MiB /dev/shm cannot hold the default limit
     return os.path.join(base, f"streambatch-{os.geteuid()}")
+
+
+def _free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 @dataclass

@@ -11,6 +11,14 @@ from airflow_streambatch.epochs.frontier import Quiescence
 from airflow_streambatch.epochs.manifest import EpochManifest, list_inputs
 
 
+def epoch_interval(context) -> tuple[str, str]:
+    """An Airflow task context's data interval as ISO strings: the epoch the sensor and the operator
+    work on. A run without one (manual, no logical date) is the single epoch ending at its run_after."""
+    end = context.get("data_interval_end") or context["dag_run"].run_after
+    start = context.get("data_interval_start") or end
+    return start.isoformat(), end.isoformat()
+
+
 def _listing(inputs) -> dict:
     return {p.path: [p.size, p.mtime] for p in inputs}
 

@@ -34,18 +34,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
-import shutil
+import signal
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from functools import cached_property
 
 from airflow.sdk import BaseHook
 from airflow.sdk.configuration import conf as airflow_conf
-from airflow.sdk.log import mask_secret
 
 from airflow_streambatch.engine.spark.java import ensure_java
 from airflow_streambatch.engine.spark.session import (
@@ -60,53 +57,9 @@ from airflow_streambatch.engine.worker.files import atomic_write
 from airflow_streambatch.hooks.lineage_conf import openlineage_spark_properties
 from airflow_streambatch.hooks.network_extra import network_settings
 from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnvironment, applied
+from airflow_streambatch.hooks.spark_properties import SENSITIVE, mask_sensitive, properties_file
 
-# Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
-# Azure account keys, SAS tokens and connection strings, credentials and key files, and the
-# environment variables' spelling (``spark.executorEnv.AWS_ACCESS_KEY_ID``,
-# ``...AZURE_STORAGE_ACCOUNT_KEY``). Keys (or values) it matches are hidden in the Spark UI
-# and masked in Airflow's logs.
-SENSITIVE = (r"(?i)secret|password|passwd|token|access[._]?key|account[._]?key|(^|[.])sas([.]|$)|credential"
-             r"|private[.]?key|keyfile|encryption[.]?key|signature|connection[._]?string"
-             r"|api[._]?key|authorization")  # OpenLineage's injected transport: auth.apiKey, headers.Authorization
-_SENSITIVE = re.compile(SENSITIVE)
-_PROPERTIES_SPECIAL = "=:#! \t\n\r\f"
-
-
-def mask_sensitive(conf: dict[str, str]) -> None:
-    """Register the values of sensitive Spark properties with Airflow's secrets masker."""
-    for key, value in conf.items():
-        if _SENSITIVE.search(key):
-            mask_secret(value)
-
-
-@contextlib.contextmanager
-def properties_file(conf: dict[str, str]) -> Iterator[str]:
-    """``conf`` as a Java properties file, 0600 in a private (0700) directory, removed on exit.
-
-    ``--properties-file`` replaces spark-defaults.conf, so its properties come first
-    (later lines win). Special characters are escaped (Azure keys end in ``==``).
-    """
-    from pyspark.find_spark_home import _find_spark_home
-
-    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
-    defaults = os.path.join(conf_dir, "spark-defaults.conf")
-    private = tempfile.mkdtemp(prefix="streambatch-conf-")
-    try:
-        path = os.path.join(private, "spark.properties")
-        text = ""
-        if os.path.isfile(defaults):
-            with open(defaults, encoding="utf-8") as d:
-                text = d.read() + "\n"
-        atomic_write(path, text + "".join(f"{_escape(k)}={_escape(v)}\n" for k, v in conf.items()))
-        yield path
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-
-
-def _escape(text: str) -> str:
-    text = text.replace("\\", "\\\\")
-    return "".join(f"\\u{ord(c):04x}" if c in _PROPERTIES_SPECIAL else c for c in text)
+SUBMIT_GRACE_S = 3.0  # how long spark-submit's driver gets to record an interruption (Airflow's kill: 5 s)
 
 
 class StreamBatchHook(BaseHook):
@@ -376,5 +329,35 @@ class StreamBatchHook(BaseHook):
             atomic_write(spec_path, json.dumps(spec))
             hook = SparkSubmitHook(conn_id=self.streambatch_conn_id, conf={}, properties_file=props,
                                    name=self.app_name, application_args=[spec_path], env_vars=env, **submit_kwargs)
-            self.submit_hook = hook  # the operator's on_kill stops the driver through it
+            self.submit_hook = hook  # `stop_submitted` stops a cluster-mode driver through it
             hook.submit(application=os.path.abspath(spark_app.__file__))
+
+    def stop_submitted(self, grace_s: float = SUBMIT_GRACE_S) -> None:
+        """Stop the spark-submit application `submit_epoch` started, so that its driver records why.
+
+        The Python driver (spark-submit's child, running ``spark_app.py``) gets SIGTERM,
+        which ``spark_app`` turns into an exception: the engine cancels its jobs and
+        removes its staging and blocks, the record says the epoch was terminated, and
+        spark-submit exits with it. What is still running after ``grace_s`` is killed;
+        the SparkSubmitHook's ``on_kill`` then stops a cluster-mode driver.
+        """
+        import psutil
+
+        from airflow_streambatch.epochs import spark_app
+
+        app = os.path.abspath(spark_app.__file__)
+        procs = []
+        for proc in psutil.Process().children(recursive=True):  # what this process started: never another task's
+            with contextlib.suppress(psutil.Error):
+                if app in proc.cmdline():
+                    procs.append(proc)
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                if "org.apache.spark.deploy.SparkSubmit" not in proc.cmdline():  # the Python driver, not the JVM
+                    proc.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(procs, timeout=grace_s)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        if getattr(self, "submit_hook", None) is not None:
+            self.submit_hook.on_kill()

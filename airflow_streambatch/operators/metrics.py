@@ -69,8 +69,8 @@ def _this_try(record: EpochRecord, started: float) -> EpochRecord | None:
 
 
 def _load_record(task, started: float) -> EpochRecord | None:
-    """The record the stopped run left (in_process: the engine saved it; spark_submit: its driver, or the
-    operator's ``_record_stopped``); None when there is none of this try, or it cannot be read."""
+    """The record the stopped run left (in_process: the engine saved it; spark_submit: its driver, or
+    `deploy_modes.SparkSubmit` after it); None when there is none of this try, or it cannot be read."""
     record_dir = getattr(task, "_record_dir", None)
     if record_dir is None:  # stopped before the epoch's manifest was known
         return None
@@ -92,7 +92,7 @@ def epoch_values(record: EpochRecord | None) -> tuple[dict[str, int], dict[str, 
         if p.state == "committed" and p.this_try:
             counters["rows.committed"] += p.rows
             counters["bytes.committed"] += p.bytes
-            counters["rows.quarantined"] += getattr(p, "quarantined", 0) or 0
+            counters["rows.quarantined"] += p.quarantined
     counters["partitions.committed"] = counts["committed_this_try"]
     counters["partitions.failed"] = counts["failed"]
     # the engine ran in this try; an epoch already committed returns its earlier try's record, metrics included
@@ -101,7 +101,7 @@ def epoch_values(record: EpochRecord | None) -> tuple[dict[str, int], dict[str, 
     gauges = {"epoch.partitions": len(record.partitions), "epoch.partitions_committed": counts["committed"],
               "epoch.partitions_failed": counts["failed"], "epoch.partitions_pending": counts["pending"],
               "epoch.rows": counts["rows"], "epoch.bytes": counts["bytes"],
-              "epoch.rows_quarantined": counts.get("quarantined", 0)}
+              "epoch.rows_quarantined": counts["quarantined"]}
     return counters, gauges
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -15,29 +13,27 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_streambatch.engine.context import DataContext, is_templated
 from airflow_streambatch.engine.filesystems import check_disjoint
-from airflow_streambatch.engine.read_pruning import check_columns, check_filter, encode_filter
-from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, as_uri, record_uri, stop_reason
+from airflow_streambatch.engine.read_pruning import check_columns, check_filter
+from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, as_uri, record_uri
 from airflow_streambatch.epochs.outputs import EpochOutput
 from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest, list_inputs
 from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
-from airflow_streambatch.epochs.pipeline_ref import check_pipeline_ref, find_pipeline_module
-from airflow_streambatch.epochs.runner import check_formats, check_output_apart, load_pipeline, run_epoch
-from airflow_streambatch.epochs.spark_app import spec_for
+from airflow_streambatch.epochs.pipeline_ref import check_pipeline_ref
+from airflow_streambatch.epochs.runner import check_formats, check_output_apart
+from airflow_streambatch.epochs.sensing import epoch_interval
 from airflow_streambatch.epochs.summary import MAX_FAILED_SHOWN, epoch_summary
 from airflow_streambatch.hooks.streambatch import StreamBatchHook
 from airflow_streambatch.operators.asset_partitions import emit_epoch_event
+from airflow_streambatch.operators.deploy_modes import DEPLOY_MODES
 from airflow_streambatch.operators.epoch_log import log_earlier_progress, log_outcome
 from airflow_streambatch.operators.lineage import StreamBatchLineageMixin
 from airflow_streambatch.operators.links import EpochOutputLink, SparkUILink
 from airflow_streambatch.operators.metrics import epoch_metrics
-from airflow_streambatch.sensors.epoch import epoch_interval
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 STATE_KEY = "epoch_progress"  # Task State Store: the bounded epoch summary (counts, first failures, pointers)
-DEPLOY_MODES = ("in_process", "spark_submit")
-SUBMIT_GRACE_S = 3.0  # on_kill: how long spark-submit's driver gets to record the interruption (Airflow: 5 s)
 
 
 class EpochPartitionsFailed(AirflowException):
@@ -143,7 +139,7 @@ class StreamBatchOperator(StreamBatchLineageMixin, BaseOperator):
         super().__init__(**kwargs)
         check_formats(input_format, output_format)
         if deploy_mode not in DEPLOY_MODES:
-            raise ValueError(f"StreamBatchOperator(deploy_mode={deploy_mode!r}) must be one of {DEPLOY_MODES}")
+            raise ValueError(f"StreamBatchOperator(deploy_mode={deploy_mode!r}) must be one of {tuple(DEPLOY_MODES)}")
         if deploy_mode == "spark_submit" and not isinstance(pipeline, str) and not self.pipeline_by_value:
             raise ValueError("deploy_mode='spark_submit' runs the pipeline in another process: pass it as "
                              "'module:function', not a function object")
@@ -226,39 +222,8 @@ class StreamBatchOperator(StreamBatchLineageMixin, BaseOperator):
         log_earlier_progress(self.log, store.get(STATE_KEY) if store is not None else None, manifest,
                              self.output_path)
         overrides = {**self.hook.network_settings, **self.data_context}  # the connection's network extra, then ours
-        if self.deploy_mode == "in_process":
-            load_pipeline(self.pipeline)  # an import error fails here, before Spark starts
-            spark = self.hook.get_spark_session()
-            ui = spark.sparkContext.uiWebUrl
-            SparkUILink.persist(context, url=ui, app_id=spark.sparkContext.applicationId,  # url None: UI disabled
-                                history_server_url=self.hook.history_server_url)
-            record = run_epoch(manifest, self.pipeline, output_path=self.output_path, input_format=self.input_format,
-                               output_format=self.output_format, output_options=self.output_options,
-                               pipeline_kwargs=self.pipeline_kwargs,
-                               full_recompute=self.full_recompute, context_overrides=overrides,
-                               on_progress=lambda r: self._save_progress(store, r), spark_ui_url=ui,
-                               columns=self._columns(), row_filter=self.row_filter)
-        else:
-            find_pipeline_module(self.pipeline)  # spark-submit's driver imports it: fail here, before it starts
-            spec = spec_for(manifest, self._driver_pipeline(), self._manifest_uri, output_path=self.output_path,
-                            input_format=self.input_format, output_format=self.output_format,
-                            output_options=self.output_options,
-                            pipeline_kwargs=self.pipeline_kwargs,
-                            full_recompute=self.full_recompute, context_overrides=overrides,
-                            app_name=self.hook.app_name, columns=self._columns(),
-                            row_filter=encode_filter(self.row_filter))
-            dag_folder = os.path.dirname(os.path.abspath(self.dag.fileloc)) if self.has_dag() else None
-            try:
-                self.hook.submit_epoch(spec, python_path=[dag_folder] if dag_folder else None)
-            except BaseException as exc:  # noqa: BLE001 - a timeout or SIGTERM must not leave "running"
-                self._stop_spark_submit()
-                self._record_stopped(manifest, exc)
-                raise
-            record = EpochCheckpoint(self._record_dir).load()
-            if record is None or EpochManifest.from_dict(record.epoch).fingerprint != manifest.fingerprint:
-                raise AirflowException(f"spark-submit finished but left no epoch record for this manifest in "
-                                       f"{self._record_dir}/_epoch.json; see the spark-submit log above")
-
+        record = DEPLOY_MODES[self.deploy_mode](self).run(context, manifest, overrides,
+                                                          on_progress=lambda r: self._save_progress(store, r))
         self._epoch_record = record  # what epoch_metrics sends and OpenLineage reports
         self._save_progress(store, record)
         log_outcome(self.log, record)
@@ -285,60 +250,10 @@ class StreamBatchOperator(StreamBatchLineageMixin, BaseOperator):
         a failure that its retries apply to (a stopped worker's epoch resumes on the
         retry), while a task marked failed stays failed.
         """
-        if self.deploy_mode == "spark_submit":
-            self._stop_spark_submit()
-        else:
-            from pyspark import SparkContext
-
-            sc = SparkContext._active_spark_context
-            if sc is not None:
-                sc.cancelAllJobs()
+        DEPLOY_MODES[self.deploy_mode](self).stop()
         if getattr(self, "_executing", False):
             self._executing = False
             raise SystemExit(f"task {self.task_id} received SIGTERM while its epoch ran: Spark jobs cancelled")
-
-    def _stop_spark_submit(self) -> None:
-        """Stop this task's spark-submit application so that its driver records why.
-
-        The Python driver (spark-submit's child, running ``spark_app.py``) gets SIGTERM,
-        which ``spark_app`` turns into an exception: the engine cancels its jobs and
-        removes its staging and blocks, the record says the epoch was terminated, and
-        spark-submit exits with it. What is still running after ``SUBMIT_GRACE_S`` is
-        killed; the SparkSubmitHook's ``on_kill`` then stops a cluster-mode driver.
-        """
-        import psutil
-
-        from airflow_streambatch.epochs import spark_app
-
-        app = os.path.abspath(spark_app.__file__)
-        procs = []
-        for proc in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if app in proc.cmdline():
-                    procs.append(proc)
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                if "org.apache.spark.deploy.SparkSubmit" not in proc.cmdline():  # the Python driver, not the JVM
-                    proc.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=SUBMIT_GRACE_S)
-        for proc in alive:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        submit = getattr(self.__dict__.get("hook"), "submit_hook", None)  # the SparkSubmitHook, where exposed
-        if submit is not None:
-            submit.on_kill()
-
-    def _record_stopped(self, manifest: EpochManifest, exc: BaseException) -> None:
-        """Say in the record why the spark-submit run stopped: its driver knows only that it got SIGTERM, or
-        could not record anything (killed, or stopped before its run began)."""
-        checkpoint = EpochCheckpoint(self._record_dir)
-        record = checkpoint.load()
-        if record is None or EpochManifest.from_dict(record.epoch).fingerprint != manifest.fingerprint:
-            return
-        if record.status == "running" or (record.reason or "").startswith("interrupted: terminated"):
-            driver = record.reason if record.status == "failed" else "did not record its end"
-            record.status, record.reason = "failed", f"{stop_reason(exc)}; the spark-submit driver: {driver}"
-            checkpoint.save(record)
 
     def _driver_pipeline(self) -> str | dict:
         """The pipeline as the spark-submit spec carries it: the ``"module:function"`` reference its driver

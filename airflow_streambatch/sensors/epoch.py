@@ -15,7 +15,7 @@ from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.epochs.frontier import FrontierSpec
 from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest
 from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
-from airflow_streambatch.epochs.sensing import check_epoch
+from airflow_streambatch.epochs.sensing import check_epoch, epoch_interval
 from airflow_streambatch.hooks.object_store import connection_credentials
 from airflow_streambatch.operators.lineage import EpochSensorLineageMixin
 from airflow_streambatch.sensors.manifest_location import ManifestLocation, manifest_location, publish
@@ -29,14 +29,6 @@ STATE_KEY = "epoch_frontier_state"  # quiescence's listing and quiet-since time,
 
 def _seconds(value: float | timedelta) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def epoch_interval(context: Context) -> tuple[str, str]:
-    """The run's data interval as ISO strings; a run without one (manual, no logical date) is the
-    single epoch ending at its run_after."""
-    end = context.get("data_interval_end") or context["dag_run"].run_after
-    start = context.get("data_interval_start") or end
-    return start.isoformat(), end.isoformat()
 
 
 INTERVAL_TIMETABLES = ('CronDataIntervalTimetable("0 * * * *", timezone=...) or '

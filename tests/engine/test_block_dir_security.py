@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import uuid
 
@@ -72,6 +73,24 @@ def test_the_default_block_dir_is_per_user(monkeypatch):
 
     monkeypatch.delenv("STREAMBATCH_BLOCK_DIR", raising=False)
     assert os.path.basename(_default_block_dir()) == f"streambatch-{os.geteuid()}"
+
+
+@needs_root
+def test_a_dev_shm_too_small_for_the_default_memory_limit_is_not_the_default(tmp_path):
+    """A container's 64 MiB /dev/shm (here a mount namespace's) cannot hold a quarter of the machine's
+    memory: the default goes to the temp directory, so defaults never fail the check at start."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    code = ("import tempfile; from airflow_streambatch.engine.context import DataContext; "
+            "from airflow_streambatch.engine.worker.block_room import check_block_room; c = DataContext(); "
+            "check_block_room(c.block_dir, c.memory_limit); print(c.block_dir, tempfile.gettempdir())")
+    env = {k: v for k, v in os.environ.items() if k != "STREAMBATCH_BLOCK_DIR"}
+    found = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$0" -c "$1"', sys.executable, code],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert found.returncode == 0, found.stderr
+    block_dir, temp = found.stdout.split()
+    assert block_dir == os.path.join(temp, f"streambatch-{os.geteuid()}")
 
 
 @needs_root

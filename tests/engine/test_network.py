@@ -10,10 +10,11 @@ in test_multihost.py (it reuses that module's cluster).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -179,21 +180,37 @@ def test_a_host_agent_serves_blocks_over_tls_on_a_port_of_agent_ports(tmp_path, 
 
 # -- the driver's control plane in a real run, and the block directory's room ----------------------------
 
-def test_a_run_uses_tls_and_a_fixed_control_port_and_restarts_the_plane_when_they_change(ctx, spark):
-    gc.collect()  # a materialized dataset an earlier test dropped ends its run (it would hold the plane)
+# In a driver of its own: a run of the test session's driver may still hold its control plane (a
+# materialized dataset keeps its run until it is dropped), and then no other settings may take over.
+RESTART_JOB = """
+import sys
+from pyspark.sql import SparkSession
+import airflow_streambatch.engine as sb
+from airflow_streambatch.engine.execution.control_server import control_server
+from airflow_streambatch.engine.spark.session import with_spark_defaults
+
+ports, block_dir = sys.argv[1], sys.argv[2]
+spark = (SparkSession.builder.master("local[2]").config(map=with_spark_defaults({"spark.ui.enabled": "false"}))
+         .getOrCreate())
+ctx = sb.DataContext.get_current()
+with ctx.scoped(block_dir=block_dir, progress_interval_s=0, control_ports=ports, tls=True):
+    rows = sb.range(40, override_num_blocks=8).map(lambda r: {"id": r["id"] * 2}).take_all()
+    assert sorted(r["id"] for r in rows) == [2 * i for i in range(40)], rows
+    print("TLS", control_server(spark).uri)
+with ctx.scoped(block_dir=block_dir, progress_interval_s=0, tls=False):
+    assert sb.range(10).count() == 10
+    print("PLAIN", control_server(spark).uri)
+"""
+
+
+def test_a_run_uses_tls_and_a_fixed_control_port_and_restarts_the_plane_when_they_change(tmp_path):
     ports = free_range(2)
-    try:
-        with ctx.scoped(control_ports=f"{ports[0]}-{ports[1]}", tls=True):
-            assert sorted(sb.range(40, override_num_blocks=8).map(lambda r: {"id": r["id"] * 2}).take_all(),
-                          key=lambda r: r["id"]) == [{"id": 2 * i} for i in range(40)]
-            uri = control_server(spark).uri  # at spark.driver.host, on the first port of the range
-            assert uri.startswith("grpc+tls://") and uri.endswith(f":{ports[0]}")
-        with ctx.scoped(tls=False):
-            assert sb.range(10).count() == 10
-            assert control_server(spark).uri.startswith("grpc+tcp://")
-    finally:
-        with ctx.scoped():
-            control_server(spark)  # back to the defaults for the tests that follow
+    job = subprocess.run([sys.executable, "-c", RESTART_JOB, f"{ports[0]}-{ports[1]}", str(tmp_path / "blocks")],
+                         capture_output=True, text=True, timeout=240)
+    assert job.returncode == 0, job.stderr[-3000:]
+    said = dict(line.split(" ", 1) for line in job.stdout.splitlines() if line.startswith(("TLS ", "PLAIN ")))
+    assert said["TLS"].startswith("grpc+tls://") and said["TLS"].endswith(f":{ports[0]}")  # the range's first port
+    assert said["PLAIN"].startswith("grpc+tcp://")  # the plane restarted with the run's other settings
 
 
 def test_a_block_dir_smaller_than_the_memory_limit_fails_at_start_naming_both(ctx, tmp_path):
@@ -213,9 +230,9 @@ def test_an_executor_host_checks_its_block_dir_before_starting_its_agent(tmp_pat
     block_dir = str(tmp_path / "blocks")
     server = tls_server()
     try:
-        too_much = free_bytes(str(tmp_path)) + (1 << 30)
-        with pytest.raises(BlockDirTooSmallError, match=r"on executor host .*DataContext.memory_limit="):
-            ensure_agent(block_dir, server.info(timeout_s=5), too_much)
+        too_much = free_bytes(str(tmp_path)) + (1 << 30)  # two blocks of this size do not fit
+        with pytest.raises(BlockDirTooSmallError, match=r"on executor host .*target_max_block_size=.*memory_limit="):
+            ensure_agent(block_dir, server.info(timeout_s=5), memory_limit=4 * too_much, block_bytes=too_much)
         assert not [f for f in os.listdir(block_dir) if f.endswith(".json")]  # no agent was started
     finally:
         server.shutdown()

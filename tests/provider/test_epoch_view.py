@@ -146,6 +146,7 @@ def test_rows_set_aside_are_counted_in_the_record_the_log_and_the_view(ctx, api,
     from streambatch_test_dags import sb_epoch_quarantine
 
     from airflow_streambatch.epochs.checkpoint import EpochCheckpoint
+    from airflow_streambatch.operators.metrics import epoch_values
 
     client, admin, _ = api
     write_inputs(tmp_path / "in" / DAY, partitions=3)
@@ -156,6 +157,8 @@ def test_rows_set_aside_are_counted_in_the_record_the_log_and_the_view(ctx, api,
     record = EpochCheckpoint(str(tmp_path / "out" / DAY)).load()
     assert record.counts()["quarantined"] == 3 and record.counts()["rows"] == 297
     assert [p.quarantined for p in record.partitions] == [1, 2, 0]
+    counters, gauges = epoch_values(record)  # what the epoch's metrics send (test_metrics.py: how they are sent)
+    assert counters["rows.quarantined"] == 3 and gauges["epoch.rows_quarantined"] == 3
     assert "3 row(s) quarantined beside them" in capsys.readouterr().out  # the task's log
     page = client.get(f"/streambatch/epochs/sb_epoch_quarantine/{run_id}/score",
                       headers={"Authorization": f"Bearer {admin}"}).text

@@ -16,7 +16,7 @@ import pytest
                                   "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_SECRET",
                                   "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_CONNECTION_STRING"])
 def test_the_spark_ui_redacts_the_executor_environment_of_every_secret(name):
-    from airflow_streambatch.hooks.streambatch import _SENSITIVE
+    from airflow_streambatch.hooks.spark_properties import _SENSITIVE
 
     assert _SENSITIVE.search(f"spark.executorEnv.{name}")
     assert _SENSITIVE.search(f"spark.yarn.appMasterEnv.{name}")
@@ -25,7 +25,7 @@ def test_the_spark_ui_redacts_the_executor_environment_of_every_secret(name):
 @pytest.mark.parametrize("name", ["AWS_ENDPOINT_URL", "AWS_REGION", "AZURE_STORAGE_ACCOUNT_NAME",
                                   "GOOGLE_CLOUD_PROJECT", "PYSPARK_PYTHON"])
 def test_the_spark_ui_still_shows_what_is_not_secret(name):
-    from airflow_streambatch.hooks.streambatch import _SENSITIVE
+    from airflow_streambatch.hooks.spark_properties import _SENSITIVE
 
     assert not _SENSITIVE.search(f"spark.executorEnv.{name}")
 

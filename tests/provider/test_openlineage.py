@@ -178,7 +178,7 @@ def test_dataset_names_follow_the_openlineage_naming_spec(location, expected):
 def test_an_injected_transport_secret_is_redacted_like_the_store_credentials():
     """``spark_inject_transport_info`` puts an HTTP transport's API key into the Spark properties: the hook's
     redaction (Spark UI, event log) and Airflow's log masking must cover it; the parent-job ids are not secret."""
-    from airflow_streambatch.hooks.streambatch import SENSITIVE
+    from airflow_streambatch.hooks.spark_properties import SENSITIVE
 
     sensitive = re.compile(SENSITIVE)
     assert sensitive.search("spark.openlineage.transport.auth.apiKey")

@@ -100,10 +100,13 @@ class ControlServer(flight.FlightServerBase):
         with self._cond:
             self._live_runs.add(run_id)
 
-    def busy(self) -> bool:
-        """Whether a run (or a materialized dataset's blocks) still relies on this server."""
+    def busy(self) -> str | None:
+        """What still relies on this server (runs, a materialized dataset's blocks, watched task
+        outputs), in words; None when nothing does."""
         with self._cond:
-            return bool(self._live_runs or self._streams)
+            if not (self._live_runs or self._streams):
+                return None
+            return f"runs {sorted(self._live_runs)} and {len(self._streams)} watched task output(s)"
 
     def end_run(self, run_id: str) -> None:
         """The run's blocks are no longer needed anywhere: host agents remove them."""
@@ -192,11 +195,12 @@ def control_server(spark, ctx=None) -> ControlServer:
     wanted = _network_settings(ctx)
     with _server_lock:
         if _server is not None and _server_settings != wanted:
-            if _server.busy():
+            if (busy := _server.busy()) is not None:
                 raise RuntimeError(
                     "this driver's control plane runs with control_ports, agent_ports, tls, tls_cert_file, "
-                    f"tls_key_file, tls_ca_file = {_server_settings!r} for runs still going, and this run asks for "
-                    f"{wanted!r}: these DataContext settings hold for a whole driver process; run with the same ones")
+                    f"tls_key_file, tls_ca_file = {_server_settings!r} for {busy} still going (a materialized "
+                    f"dataset keeps its run until it is dropped), and this run asks for {wanted!r}: these "
+                    "DataContext settings hold for a whole driver process; run with the same ones")
             _server.shutdown()
             _server = None
         if _server is None:

@@ -323,5 +323,5 @@ class StreamingExecutor:
             payload, more = self.launcher.extend(check_in.launch_id, check_in.part, chosen)
         if not check_in.answer(more, payload) and more:  # it stopped waiting: what it was handed runs again
             op, specs = self.launcher.take_back(check_in.launch_id, check_in.part)
-            self.completions.tasks_ended(op, specs, [TaskResult(s.task_key, [], 0.0, 0, 0, yielded=True)
+            self.completions.tasks_ended(op, specs, [TaskResult.not_run(s.task_key)
                                                      for s in specs])

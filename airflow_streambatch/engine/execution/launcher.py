@@ -242,7 +242,7 @@ class Launcher:
         if outcome.error is not None:
             return launch, left, None
         launch.op.sizer.observe(outcome.wall_s, [part.work_s for part in launch.parts], launch.tasks)
-        return launch, left, results or [TaskResult(spec.task_key, [], 0.0, 0, 0, yielded=True)
+        return launch, left, results or [TaskResult.not_run(spec.task_key)
                                          for _, specs in left for spec in specs]
 
     def run_now(self, op_blob: bytes, spec: TaskSpec) -> TaskResult:

@@ -6,8 +6,8 @@ unless told otherwise, while ``memory_limit`` defaults to a quarter of the machi
 memory. A run that buffers more than the directory holds dies mid-way with "no space
 left on device" after doing part of its work; refusing before the first task, naming
 both settings and both values, costs nothing and says what to change. The driver checks
-its own host before a run starts; each executor host checks when its host agent starts
-(every block of a run may land on one host, so each host must hold the whole limit).
+its own host before a run starts (local mode keeps every block there); each executor host
+checks, when its host agent starts, that it holds what one task needs (`check_block_room`).
 """
 
 from __future__ import annotations
@@ -37,14 +37,25 @@ def _human(n: int) -> str:
     return f"{n:.1f} TiB"
 
 
-def check_block_room(block_dir: str, memory_limit: int, host: str = "the driver's host") -> None:
-    """Raise `BlockDirTooSmallError` naming both settings when ``block_dir`` cannot hold ``memory_limit``."""
+def check_block_room(block_dir: str, memory_limit: int, host: str = "the driver's host",
+                     block_bytes: int | None = None) -> None:
+    """Raise `BlockDirTooSmallError` naming the settings when ``block_dir`` cannot hold what this host may get.
+
+    The driver's host (where local mode keeps every block) must hold ``memory_limit``. An
+    executor host (``block_bytes``: `DataContext.target_max_block_size`) must hold two
+    blocks, what one task needs to read one and write the next: the run's ``memory_limit``
+    is spread over the hosts as Spark places tasks, and a driver on a large machine
+    (a quarter of its memory by default) would otherwise refuse every smaller executor.
+    """
+    need = memory_limit if block_bytes is None else min(memory_limit, 2 * block_bytes)
     free = free_bytes(str(block_dir))
-    if free >= memory_limit:
+    if free >= need:
         return
+    what = (f"less than DataContext.memory_limit={memory_limit} ({_human(memory_limit)})" if block_bytes is None else
+            f"less than the two blocks of DataContext.target_max_block_size={block_bytes} ({_human(2 * block_bytes)}) "
+            f"one task needs (DataContext.memory_limit={memory_limit} is spread over the executor hosts)")
     raise BlockDirTooSmallError(
-        f"DataContext.block_dir={str(block_dir)!r} has {_human(free)} free on {host}, less than "
-        f"DataContext.memory_limit={memory_limit} ({_human(memory_limit)}): a run that buffers that much would "
-        f"fail with 'no space left on device'. Set memory_limit to at most {free}, point block_dir at a larger "
-        "filesystem, or give the block directory more room (/dev/shm in a Kubernetes pod: an emptyDir volume with "
-        "medium: Memory and a sizeLimit, mounted at /dev/shm; Docker: --shm-size). See docs/network.md")
+        f"DataContext.block_dir={str(block_dir)!r} has {_human(free)} free on {host}, {what}: a run would fail with "
+        f"'no space left on device'. Lower memory_limit (target_max_block_size follows it), point block_dir at a "
+        "larger filesystem, or give the block directory more room (/dev/shm in a Kubernetes pod: an emptyDir volume "
+        "with medium: Memory and a sizeLimit, mounted at /dev/shm; Docker: --shm-size). See docs/network.md")

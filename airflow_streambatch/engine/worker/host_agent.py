@@ -200,10 +200,11 @@ def _running(info_path: str) -> dict | None:
     return info if alive else None
 
 
-def ensure_agent(block_dir: str, control: ControlInfo, memory_limit: int = 0) -> dict:
+def ensure_agent(block_dir: str, control: ControlInfo, memory_limit: int = 0, block_bytes: int | None = None) -> dict:
     """This host's agent for the driver (started if none runs); returns its ``uri`` and the
     ``mark`` of the run directories it owns. Before starting one, checks that ``block_dir``
-    holds ``memory_limit`` (`block_room.py`)."""
+    has room for what a task of a run with ``memory_limit`` and blocks of ``block_bytes``
+    needs here (`block_room.check_block_room`)."""
     check_block_dir(block_dir)
     info_path = agent_file(block_dir, control.driver_id)
     if (info := _running(info_path)) is not None:
@@ -222,7 +223,7 @@ def ensure_agent(block_dir: str, control: ControlInfo, memory_limit: int = 0) ->
             if (info := _running(info_path)) is not None:
                 return info
             if memory_limit:
-                check_block_room(block_dir, memory_limit, f"executor host {this_host()}")
+                check_block_room(block_dir, memory_limit, f"executor host {this_host()}", block_bytes)
             return _start(block_dir, control, info_path)
         finally:
             os.close(fd)

@@ -102,6 +102,16 @@ class TaskResult:
     build_s: float = 0.0  # seconds it spent building them (part of ``work_s``)
     quarantined: list[StagedFile] = field(default_factory=list)  # the rows it set aside, staged (`row_errors.py`)
 
+    @classmethod
+    def not_run(cls, task_key: str) -> TaskResult:
+        """A task that gave its slot back before it ran (or while it waited for memory): it runs again later."""
+        return cls(task_key, [], 0.0, 0, 0, yielded=True)
+
+    @classmethod
+    def inputs_lost(cls, task_key: str, lost: list[str]) -> TaskResult:
+        """A task whose input blocks are gone: the driver rebuilds them by lineage, then runs it again."""
+        return cls(task_key, [], 0.0, 0, 0, lost_inputs=lost)
+
 
 MAX_EXCEPTION_BYTES = 64 * 1024
 CHECK_IN_WAIT_S = 2.0  # how long a partition's check-in waits for the driver's answer before it ends
@@ -187,7 +197,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     start = time.perf_counter()
     inputs, lost, fetched = _fetch_inputs(op, spec)
     if lost:  # the driver rebuilds them by lineage, then runs this task again
-        return TaskResult(spec.task_key, [], 0.0, 0, 0, lost_inputs=lost)
+        return TaskResult.inputs_lost(spec.task_key, lost)
     gpu_ids, local = _task_gpus(spec)
     env = TaskEnv(gpu_ids=gpu_ids, task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions,
                   control=op.control, input_label=spec.label)
@@ -280,7 +290,7 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
     """
     op: OperatorPayload = cloudpickle.loads(op_blob)
     if op.host_agents:  # this host's blocks outlive this worker: its agent serves them, then removes them
-        agent = ensure_agent(os.path.dirname(op.run_dir), op.control, op.memory_limit)
+        agent = ensure_agent(os.path.dirname(op.run_dir), op.control, op.memory_limit, op.target_block_bytes)
         prepare_run_dir(op.run_dir, agent["mark"])
         op.location = agent["uri"]
     specs = [cloudpickle.loads(blob) for group in groups for blob in group]
@@ -316,7 +326,7 @@ def _run_group(op: OperatorPayload, specs: list[TaskSpec]) -> list[TaskResult]:
     results: list[TaskResult] = []
     for spec in specs:
         if results and results[-1].yielded:  # the slot goes back now: later tasks of the group run later
-            results.append(TaskResult(spec.task_key, [], 0.0, 0, 0, yielded=True))
+            results.append(TaskResult.not_run(spec.task_key))
         else:
             results.append(run_task(op, spec))
     return results
