@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from airflow_standalone import Standalone
+from airflow_ui import chromium
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +20,10 @@ def standalone(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for the tests that read Airflow's UI (airflow_ui.py); one per module."""
+    with chromium() as instance:
+        yield instance

@@ -7,48 +7,23 @@ press the UI's Clear button and confirm, and see in the view (and in the pipelin
 log of what it processed) that only those two partitions ran again.
 
 Screenshots go to ``$STREAMBATCH_SCREENSHOTS`` (docs/images/ when refreshing the docs'
-pictures), else to the test's tmp dir.
+pictures), else to the test's tmp dir; the browser and these helpers are in airflow_ui.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import time
-from pathlib import Path
 from urllib.parse import quote
 
-import pytest
+from airflow_ui import UI_TIMEOUT_MS, open_ui, screenshots_dir
 from pipelines import partitions_run, take_partitions_run, write_inputs
 
 DAY = "2026-11-21"  # not test_standalone.py's: one run per logical date and DAG
 INTERVAL = {"logical_date": f"{DAY}T10:00:00Z", "data_interval_start": f"{DAY}T10:00:00Z",
             "data_interval_end": f"{DAY}T11:00:00Z"}
-UI_TIMEOUT_MS = 60_000  # the API server builds the view's app on its first request: slow on a busy machine
 CLEAR_BUTTON = "Press shift+c to clear"  # the task instance header's Clear button (its accessible name)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium")
-    assert chromium, "no `chromium` on PATH: install Debian's package (apt-get install chromium), as .ci/run does"
-    with sync_playwright() as playwright:
-        # --no-sandbox: Chromium's sandbox refuses to run as root (CI containers)
-        instance = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
-        try:
-            yield instance
-        finally:
-            instance.close()
-
-
-def _screenshots(tmp_path) -> Path:
-    where = Path(os.environ.get("STREAMBATCH_SCREENSHOTS") or tmp_path / "screenshots")
-    where.mkdir(parents=True, exist_ok=True)
-    return where
 
 
 def _wait(what: str, ready, timeout: float, server) -> None:
@@ -66,8 +41,7 @@ def _task(server, run_id: str) -> dict:
 
 def _open_epoch_tab(page, server, run_id: str):
     """The task instance page, then its "Epoch" tab; the view's iframe."""
-    page.goto(f"http://127.0.0.1:{server.port}/dags/sb_epoch/runs/{quote(run_id, safe='')}/tasks/score",
-              timeout=UI_TIMEOUT_MS)
+    open_ui(page, server, f"/dags/sb_epoch/runs/{quote(run_id, safe='')}/tasks/score")
     page.get_by_text("Epoch", exact=True).click(timeout=UI_TIMEOUT_MS)
     frame = page.frame_locator("iframe[title='Epoch']")
     frame.locator("h1").wait_for(timeout=UI_TIMEOUT_MS)  # the plugin answered (not an error page)
@@ -82,7 +56,7 @@ def test_the_epoch_tab_lists_failed_partitions_and_a_ui_clear_reruns_only_them(s
     from playwright.sync_api import expect
 
     standalone.wait_dags(["sb_epoch"])
-    shots = _screenshots(tmp_path)
+    shots = screenshots_dir(tmp_path)
     write_inputs(tmp_path / "in" / DAY, partitions=4)
     (tmp_path / "in" / DAY / "_SUCCESS").write_text("")
     (tmp_path / "runs").mkdir()
