@@ -101,7 +101,9 @@ class StreamingExecutor:
         pool = ResourcePool(self.ctx.resources or slots_from_spark(self.spark, requests.values()),
                             spark_task_slots(self.spark), assign_gpus=not spark_assigns_gpus(self.spark))
         fit_blocks_to_memory_limit(self.ctx)
-        check_block_room(self.ctx.block_dir, self.ctx.memory_limit)  # before anything of the run exists
+        local = self.spark.sparkContext.master.startswith("local")  # every block on this host, else on executors'
+        check_block_room(self.ctx.block_dir, self.ctx.memory_limit,  # before anything of the run exists
+                         block_bytes=None if local else self.ctx.target_max_block_size)
         self.memory = MemoryBudget(self.ctx.memory_limit)
         policy = make_policy(self.ctx.scheduling_policy, self.memory)
         self.operators = build_operators(self.ops, self.ctx, pool)

@@ -6,8 +6,9 @@ unless told otherwise, while ``memory_limit`` defaults to a quarter of the machi
 memory. A run that buffers more than the directory holds dies mid-way with "no space
 left on device" after doing part of its work; refusing before the first task, naming
 both settings and both values, costs nothing and says what to change. The driver checks
-its own host before a run starts (local mode keeps every block there); each executor host
-checks, when its host agent starts, that it holds what one task needs (`check_block_room`).
+its own host before a run starts (for the whole limit in local mode, which keeps every
+block there); each executor host checks, when its host agent starts, that it holds what
+one task needs (`check_block_room`).
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ def check_block_room(block_dir: str, memory_limit: int, host: str = "the driver'
                      block_bytes: int | None = None) -> None:
     """Raise `BlockDirTooSmallError` naming the settings when ``block_dir`` cannot hold what this host may get.
 
-    The driver's host (where local mode keeps every block) must hold ``memory_limit``. An
-    executor host (``block_bytes``: `DataContext.target_max_block_size`) must hold two
-    blocks, what one task needs to read one and write the next: the run's ``memory_limit``
-    is spread over the hosts as Spark places tasks, and a driver on a large machine
-    (a quarter of its memory by default) would otherwise refuse every smaller executor.
+    In local mode the driver's host keeps every block: it must hold ``memory_limit``. On a
+    cluster (``block_bytes``: `DataContext.target_max_block_size`) each host, the driver's
+    included, must hold two blocks, what one task needs to read one and write the next
+    (the driver: what it fetches): the run's ``memory_limit`` is spread over the executor
+    hosts as Spark places tasks, and a driver on a large machine (a quarter of its memory
+    by default) would otherwise refuse every smaller executor.
     """
     need = memory_limit if block_bytes is None else min(memory_limit, 2 * block_bytes)
     free = free_bytes(str(block_dir))
