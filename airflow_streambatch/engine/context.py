@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.filesystems import free_bytes
 from airflow_streambatch.engine.network_settings import NETWORK_SETTINGS, validate_network_setting
 
 MiB = 1024 * 1024
@@ -46,14 +47,9 @@ def _default_block_dir() -> str:
     if os.environ.get("STREAMBATCH_BLOCK_DIR"):
         return os.environ["STREAMBATCH_BLOCK_DIR"]
     shm = "/dev/shm"
-    roomy = os.path.isdir(shm) and os.access(shm, os.W_OK) and _free_bytes(shm) >= _default_memory_limit()
+    roomy = os.path.isdir(shm) and os.access(shm, os.W_OK) and free_bytes(shm) >= _default_memory_limit()
     base = shm if roomy else tempfile.gettempdir()  # a container's 64 MiB /dev/shm cannot hold the default limit
     return os.path.join(base, f"streambatch-{os.geteuid()}")
-
-
-def _free_bytes(path: str) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
 
 
 @dataclass

@@ -6,6 +6,15 @@ import errno
 from dataclasses import dataclass, field
 
 
+def human_bytes(n: float) -> str:
+    """``n`` bytes as people read them in messages and stats (``5.9 GiB``)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
 class StreamBatchError(Exception):
     """Base class of every error the engine raises on purpose."""
 

@@ -86,3 +86,11 @@ def check_disjoint(inputs: list[str] | tuple[str, ...], output: str, where: str)
             f"{where}: output path {output!r} {relation} input path {path!r}. Writing there would read the output "
             "back as input or delete and overwrite the inputs: choose an output path outside every input path."
         )
+
+
+def free_bytes(path: str) -> int:
+    """Free bytes for this user on the local filesystem of ``path`` (or of its nearest existing parent)."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    st = os.statvfs(path or "/")
+    return st.f_bavail * st.f_frsize

@@ -26,7 +26,8 @@ import airflow_streambatch.engine as sb
 from airflow_streambatch.engine.execution import control_server as control_module
 from airflow_streambatch.engine.execution.control_server import ControlServer, control_server
 from airflow_streambatch.engine.execution.tls import server_tls
-from airflow_streambatch.engine.worker.block_room import BlockDirTooSmallError, free_bytes
+from airflow_streambatch.engine.filesystems import free_bytes
+from airflow_streambatch.engine.worker.block_room import BlockDirTooSmallError
 from airflow_streambatch.engine.worker.blocks import BlockRef, write_block
 from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
 from airflow_streambatch.engine.worker.host_agent import ensure_agent, prepare_run_dir

@@ -12,11 +12,10 @@ import logging
 import os
 import pickle
 import re
-import shutil
 
 from airflow_streambatch.engine.context import DataContext
-from airflow_streambatch.engine.errors import StreamBatchError
-from airflow_streambatch.engine.execution.stats import human_bytes
+from airflow_streambatch.engine.errors import StreamBatchError, human_bytes
+from airflow_streambatch.engine.filesystems import free_bytes
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -76,9 +75,8 @@ def disk_full_error(path: str, ctx: DataContext, operator: str, partitions: tupl
 
 
 def _free_bytes(path: str) -> int:
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
+    """Free bytes where a write failed, for its error message: 0 when even that cannot be read."""
     try:
-        return shutil.disk_usage(path or "/").free
+        return free_bytes(path)
     except OSError:
         return 0

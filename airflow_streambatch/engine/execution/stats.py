@@ -5,13 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
+from airflow_streambatch.engine.errors import human_bytes
 
 
 @dataclass

@@ -13,29 +13,13 @@ one task needs (`check_block_room`).
 
 from __future__ import annotations
 
-import os
 
-from airflow_streambatch.engine.errors import StreamBatchError
+from airflow_streambatch.engine.errors import StreamBatchError, human_bytes
+from airflow_streambatch.engine.filesystems import free_bytes
 
 
 class BlockDirTooSmallError(StreamBatchError):
     """The block directory has less free space than ``DataContext.memory_limit``."""
-
-
-def free_bytes(path: str) -> int:
-    """Free bytes for this user on the filesystem of ``path`` (or of its nearest existing parent)."""
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    st = os.statvfs(path or "/")
-    return st.f_bavail * st.f_frsize
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def check_block_room(block_dir: str, memory_limit: int, host: str = "the driver's host",
@@ -53,11 +37,14 @@ def check_block_room(block_dir: str, memory_limit: int, host: str = "the driver'
     free = free_bytes(str(block_dir))
     if free >= need:
         return
-    what = (f"less than DataContext.memory_limit={memory_limit} ({_human(memory_limit)})" if block_bytes is None else
-            f"less than the two blocks of DataContext.target_max_block_size={block_bytes} ({_human(2 * block_bytes)}) "
-            f"one task needs (DataContext.memory_limit={memory_limit} is spread over the executor hosts)")
+    if block_bytes is None:
+        what = f"less than DataContext.memory_limit={memory_limit} ({human_bytes(memory_limit)})"
+    else:
+        what = (f"less than the two blocks of DataContext.target_max_block_size={block_bytes} "
+                f"({human_bytes(2 * block_bytes)}) one task needs (DataContext.memory_limit={memory_limit} is "
+                "spread over the executor hosts)")
     raise BlockDirTooSmallError(
-        f"DataContext.block_dir={str(block_dir)!r} has {_human(free)} free on {host}, {what}: a run would fail with "
-        f"'no space left on device'. Lower memory_limit (target_max_block_size follows it), point block_dir at a "
+        f"DataContext.block_dir={str(block_dir)!r} has {human_bytes(free)} free on {host}, {what}: a run would fail "
+        "with 'no space left on device'. Lower memory_limit (target_max_block_size follows it), point block_dir at a "
         "larger filesystem, or give the block directory more room (/dev/shm in a Kubernetes pod: an emptyDir volume "
         "with medium: Memory and a sizeLimit, mounted at /dev/shm; Docker: --shm-size). See docs/network.md")
