@@ -218,7 +218,7 @@ def transport_driver(spec: dict) -> None:
     from pyspark import StorageLevel
 
     from airflow_streambatch.engine.execution.control_server import control_server
-    from airflow_streambatch.engine.worker.blocks import BlockRef
+    from airflow_streambatch.engine.protocol.blocks import BlockRef
     from airflow_streambatch.engine.worker.transport import read_any
 
     cfg = W7(**spec["cfg"])

@@ -5,8 +5,13 @@ blocks are ignored (they never run). The rules:
 
 * nothing under ``airflow_streambatch/engine`` imports Airflow: the engine runs on
   Spark executors and in notebooks, where Airflow is not installed;
+* ``engine/protocol`` (the contracts between driver and executors: block refs, task specs
+  and results, check-in messages, stream ids, staging layout) sits below both sides and
+  imports nothing of the package but itself and the basics (rank 0);
 * ``engine/worker`` (what runs on executors) never imports the driver's layers
   (``engine.execution``, ``engine.spark``, ``engine.plan``);
+* the driver's layers import from ``engine/worker`` only the names listed in
+  `DRIVER_USES_OF_THE_WORKER`, each with why: contracts come from ``engine/protocol``;
 * layers import their own rank or lower (`RANKS`).
 """
 
@@ -28,33 +33,55 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.errors", 0),
     (f"{PACKAGE}.engine.network_settings", 0),
     (f"{PACKAGE}.engine.filesystems", 0),
-    (f"{PACKAGE}.engine.worker", 1),
-    (f"{PACKAGE}.engine.plan", 2),
-    (f"{PACKAGE}.engine.spark", 3),
-    (f"{PACKAGE}.engine.output", 3),
-    (f"{PACKAGE}.engine.execution", 4),
-    (f"{PACKAGE}.engine", 5),  # engine/__init__.py
-    (f"{PACKAGE}.engine.dataset", 5),
-    (f"{PACKAGE}.engine.read_api", 5),
-    (f"{PACKAGE}.engine.read_options", 5),
-    (f"{PACKAGE}.engine.read_formats", 5),
-    (f"{PACKAGE}.engine.parquet_ranges", 5),
-    (f"{PACKAGE}.engine.read_pruning", 5),
-    (f"{PACKAGE}.engine.datasource", 5),
-    (f"{PACKAGE}.engine.in_memory", 5),
-    (f"{PACKAGE}.engine.dataset_methods", 5),
-    (f"{PACKAGE}.engine.dataset_writes", 5),
-    (f"{PACKAGE}.engine.split", 5),
-    (f"{PACKAGE}.epochs", 6),
-    (f"{PACKAGE}.hooks", 7),
-    (f"{PACKAGE}.operators", 7),
-    (f"{PACKAGE}.decorators", 7),  # @task.streambatch: the operator with a function for its pipeline
-    (f"{PACKAGE}.sensors", 7),
-    (f"{PACKAGE}.triggers", 7),
-    (f"{PACKAGE}.get_provider_info", 7),
-    (f"{PACKAGE}.demo", 7),
-    (f"{PACKAGE}.plugins", 7),
+    (f"{PACKAGE}.engine.atomic_files", 0),
+    (f"{PACKAGE}.engine.protocol", 1),  # contracts between the driver and the executors
+    (f"{PACKAGE}.engine.worker", 2),
+    (f"{PACKAGE}.engine.plan", 3),
+    (f"{PACKAGE}.engine.spark", 4),
+    (f"{PACKAGE}.engine.output", 4),
+    (f"{PACKAGE}.engine.execution", 5),
+    (f"{PACKAGE}.engine", 6),  # engine/__init__.py
+    (f"{PACKAGE}.engine.dataset", 6),
+    (f"{PACKAGE}.engine.read_api", 6),
+    (f"{PACKAGE}.engine.read_options", 6),
+    (f"{PACKAGE}.engine.read_formats", 6),
+    (f"{PACKAGE}.engine.parquet_ranges", 6),
+    (f"{PACKAGE}.engine.read_pruning", 6),
+    (f"{PACKAGE}.engine.datasource", 6),
+    (f"{PACKAGE}.engine.in_memory", 6),
+    (f"{PACKAGE}.engine.dataset_methods", 6),
+    (f"{PACKAGE}.engine.dataset_writes", 6),
+    (f"{PACKAGE}.engine.split", 6),
+    (f"{PACKAGE}.epochs", 7),
+    (f"{PACKAGE}.hooks", 8),
+    (f"{PACKAGE}.operators", 8),
+    (f"{PACKAGE}.decorators", 8),  # @task.streambatch: the operator with a function for its pipeline
+    (f"{PACKAGE}.sensors", 8),
+    (f"{PACKAGE}.triggers", 8),
+    (f"{PACKAGE}.get_provider_info", 8),
+    (f"{PACKAGE}.demo", 8),
+    (f"{PACKAGE}.plugins", 8),
 ]
+DRIVER_LAYERS = ["execution", "spark", "plan"]
+
+# What the driver's layers take from engine/worker, (worker module, name) -> why. Everything
+# else they share with the executors is a contract and comes from engine/protocol. A name
+# imported but not listed fails `test_driver_layers_import_from_the_worker_only_on_purpose`;
+# one listed but no longer imported fails it too, so the list stays the truth.
+DRIVER_USES_OF_THE_WORKER: dict[tuple[str, str], str] = {
+    ("block_room", "check_block_room"): "the driver checks its own block directory before a run",
+    ("blocks", "create_run_dir"): "the driver creates (and owns) the run's block directory on its host",
+    ("transport", "read_any"): "the driver reads output blocks, from its host or a host agent",
+    ("transport", "delete_blocks"): "the driver deletes blocks it consumed, on whichever host holds them",
+    ("listen", "listen_on"): "the control server binds the way host agents do (one port-range rule)",
+    ("task_runner", "run_partition"): "the Spark backend hands Spark the partition function executors run",
+    ("udf", "visible_devices"): "local mode counts the driver host's GPUs as CUDA reads CUDA_VISIBLE_DEVICES",
+    ("udf", "*"): "plan transforms call the executor-side UDF runners from methods that run on executors",
+    ("batches", "DEFAULT_BATCH_FORMAT"): "plan nodes default to the batch format executors convert to",
+    ("batches", "check_batch_format"): "a bad batch_format fails when the plan is built, not on an executor",
+    ("sinks", "SinkOptions"): "a write node carries the sink's options to the executors",
+    ("sinks", "write_task_output"): "a write node's method, run on executors, writes through the sink",
+}
 EXACT_ONLY = {PACKAGE, f"{PACKAGE}.engine"}  # these rank only the package module itself, not what is under it
 
 
@@ -169,6 +196,31 @@ def test_the_scan_sees_the_package():
     assert [i.imported for i in collector.imports] == ["typing", "json"]
 
 
+def _worker_names_taken_by(module: str) -> set[tuple[str, str]]:
+    """(worker module, name) for each name ``module`` imports from engine/worker (``*``: the module itself)."""
+    worker = f"{PACKAGE}.engine.worker"
+    with open(MODULES[module], encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    collector = _Collector(module, MODULES[module].endswith("__init__.py"))
+    collector.visit(tree)
+    lines = {imp.line for imp in collector.imports if _under(imp.imported, worker)}  # TYPE_CHECKING left out
+    taken: set[tuple[str, str]] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) not in lines:
+            continue
+        if isinstance(node, ast.Import):
+            taken.update((a.name.rsplit(".", 1)[1], "*") for a in node.names if _under(a.name, worker))
+        elif isinstance(node, ast.ImportFrom):
+            base = collector.package.split(".")
+            target = ".".join(base[: len(base) - (node.level - 1)] + [node.module or ""]).strip(".") \
+                if node.level else node.module or ""
+            if target == worker:  # ``from engine.worker import udf``: whole modules
+                taken.update((a.name, "*") for a in node.names)
+            elif _under(target, worker):
+                taken.update((target[len(worker) + 1:], a.name) for a in node.names)
+    return taken
+
+
 def test_relative_imports_resolve():
     collector = _Collector(f"{PACKAGE}.engine.worker.blocks", False)
     collector.visit(ast.parse("from .owner import OWNER_FILE\nfrom ..execution import memory\nfrom . import udf\n"))
@@ -188,12 +240,50 @@ def test_the_engine_never_imports_airflow():
                      "Airflow)' broken:\n" + "\n".join(bad))
 
 
-@pytest.mark.parametrize("driver_layer", ["execution", "spark", "plan"])
+@pytest.mark.parametrize("driver_layer", DRIVER_LAYERS)
 def test_the_worker_never_imports_driver_layers(driver_layer):
     layer = f"{PACKAGE}.engine.{driver_layer}"
     bad = [imp.where() for imp in INTERNAL
            if _under(imp.importer, f"{PACKAGE}.engine.worker") and _under(imp.imported, layer)]
     assert not bad, f"rule 'engine.worker never imports engine.{driver_layer}' broken:\n" + "\n".join(bad)
+
+
+def test_the_protocol_imports_only_basics():
+    """The contracts sit below both sides: a protocol module that imported the worker or a driver
+    layer would drag executor or driver code into the other side again."""
+    protocol = f"{PACKAGE}.engine.protocol"
+    bad = [imp.where() for imp in INTERNAL if _under(imp.importer, protocol)
+           and not _under(imp.imported, protocol) and rank_of(imp.imported) != 0]
+    assert any(_under(imp.importer, protocol) for imp in INTERNAL), "the scan found no engine.protocol imports"
+    assert not bad, "rule 'engine.protocol imports only itself and rank-0 basics' broken:\n" + "\n".join(bad)
+
+
+def test_driver_layers_import_from_the_worker_only_on_purpose():
+    taken: dict[tuple[str, str], list[str]] = {}
+    for module in sorted(MODULES):
+        if any(_under(module, f"{PACKAGE}.engine.{layer}") for layer in DRIVER_LAYERS):
+            for use in _worker_names_taken_by(module):
+                taken.setdefault(use, []).append(module)
+    unlisted = [f"{importers} import {name} from engine.worker.{mod}"
+                for (mod, name), importers in sorted(taken.items()) if (mod, name) not in DRIVER_USES_OF_THE_WORKER]
+    assert not unlisted, ("driver layers import executor code they do not run on purpose; contracts belong in "
+                          "engine.protocol, or list the name in DRIVER_USES_OF_THE_WORKER with why:\n"
+                          + "\n".join(unlisted))
+    stale = sorted(set(DRIVER_USES_OF_THE_WORKER) - set(taken))
+    assert not stale, f"DRIVER_USES_OF_THE_WORKER lists names no driver layer imports any more: {stale}"
+
+
+def test_the_driver_scan_sees_names_and_modules(tmp_path, monkeypatch):
+    """Guards the test above: it must see names imported from the worker, by name and as modules."""
+    src = ("from airflow_streambatch.engine.worker.blocks import read_block, write_block\n"
+           "from airflow_streambatch.engine.worker import udf\n"
+           "import airflow_streambatch.engine.worker.transport\n")
+    path = tmp_path / "probe.py"
+    path.write_text(src)
+    module = f"{PACKAGE}.engine.execution.probe"
+    monkeypatch.setitem(MODULES, module, str(path))
+    assert _worker_names_taken_by(module) == {("blocks", "read_block"), ("blocks", "write_block"), ("udf", "*"),
+                                             ("transport", "*")}
 
 
 def test_layers_import_downward_only():
@@ -211,7 +301,8 @@ def test_layers_import_downward_only():
 def test_the_rank_table_orders_the_layers():
     """The ranks themselves (so a typo in the table cannot silently allow an upward import)."""
     e = f"{PACKAGE}.engine"
-    assert rank_of(f"{e}.errors") < rank_of(f"{e}.worker.blocks") < rank_of(f"{e}.plan.planner") \
+    assert rank_of(f"{e}.errors") == rank_of(f"{e}.atomic_files") < rank_of(f"{e}.protocol.tasks") \
+        < rank_of(f"{e}.worker.blocks") < rank_of(f"{e}.plan.planner") \
         < rank_of(f"{e}.spark.session") < rank_of(f"{e}.execution.operators.map") < rank_of(e) \
         == rank_of(f"{e}.dataset") < rank_of(f"{PACKAGE}.epochs.runner") < rank_of(f"{PACKAGE}.hooks.streambatch")
     assert rank_of(f"{e}.unknown") is None

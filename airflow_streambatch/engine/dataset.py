@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.dataset_methods import DatasetMethods
 from airflow_streambatch.engine.dataset_writes import DatasetWrites

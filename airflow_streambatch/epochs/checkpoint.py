@@ -35,6 +35,7 @@ from airflow_streambatch.engine.output.protocols import protocol_for
 from airflow_streambatch.engine.errors import PartitionFailure
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.epochs.manifest import EpochManifest
+from airflow_streambatch.epochs.states import EpochState, PartitionState
 
 log = logging.getLogger("airflow_streambatch.epochs")
 
@@ -53,7 +54,7 @@ class PartitionStatus:
 
     index: int
     path: str
-    state: str  # "committed" | "failed" | "pending"
+    state: PartitionState  # a plain string read from a record is made the member of that name
     rows: int = 0
     bytes: int = 0
     files: list[str] = field(default_factory=list)
@@ -64,19 +65,22 @@ class PartitionStatus:
     traceback: str | None = None
     quarantined: int = 0  # rows its functions failed on, committed beside its files (on_row_error="quarantine")
 
+    def __post_init__(self):
+        self.state = PartitionState(self.state)  # records on disk hold the state as its string
+
     @classmethod
     def committed(cls, index: int, record: CommitRecord, this_try: bool) -> PartitionStatus:
-        return cls(index, record.label, "committed", record.rows, record.bytes, list(record.files), record.run_id,
-                   this_try, quarantined=record.quarantined_rows)
+        return cls(index, record.label, PartitionState.COMMITTED, record.rows, record.bytes, list(record.files),
+                   record.run_id, this_try, quarantined=record.quarantined_rows)
 
     @classmethod
     def failed(cls, index: int, failure: PartitionFailure) -> PartitionStatus:
-        return cls(index, failure.label, "failed", operator=failure.operator, error=failure.error,
+        return cls(index, failure.label, PartitionState.FAILED, operator=failure.operator, error=failure.error,
                    traceback=failure.traceback[-TRACEBACK_CHARS:] or None)
 
     def to_dict(self) -> dict:
         """The JSON form (the fields by name; `dataclasses.asdict` is 7x slower at 20,000 partitions)."""
-        return {**self.__dict__, "files": list(self.files)}
+        return {**self.__dict__, "state": str(self.state), "files": list(self.files)}
 
 
 @dataclass
@@ -86,7 +90,7 @@ class EpochRecord:
     epoch: dict  # EpochManifest.to_dict()
     fingerprint: str
     output_path: str
-    status: str = "running"  # "running" | "succeeded" | "failed"
+    status: EpochState = EpochState.RUNNING
     reason: str | None = None  # why a run stopped before its partitions were done (interrupted, error)
     partitions: list[PartitionStatus] = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
@@ -95,33 +99,35 @@ class EpochRecord:
     table: str | None = None  # "delta table s3://..." when the rows go to a table (the record is beside it)
     updated_at: float = field(default_factory=time.time)
 
+    def __post_init__(self):
+        self.status = EpochState(self.status)  # records on disk hold the status as its string
+
     @classmethod
     def start(cls, manifest: EpochManifest, output_path: str) -> EpochRecord:
-        pending = [PartitionStatus(i, p.path, "pending") for i, p in enumerate(manifest.partitions)]
+        pending = [PartitionStatus(i, p.path, PartitionState.PENDING) for i, p in enumerate(manifest.partitions)]
         return cls(manifest.to_dict(), manifest.fingerprint, output_path, partitions=pending)
 
-    def by_state(self, state: str) -> list[PartitionStatus]:
+    def by_state(self, state: PartitionState) -> list[PartitionStatus]:
         return [p for p in self.partitions if p.state == state]
 
     def counts(self) -> dict:
         """Partitions by state, with the committed ones' rows and bytes: one pass over the partitions."""
-        counts = dict.fromkeys(("committed", "committed_this_try", "failed", "pending", "rows", "bytes",
-                                "quarantined"), 0)
+        counts = dict.fromkeys((*PartitionState, "committed_this_try", "rows", "bytes", "quarantined"), 0)
         for p in self.partitions:
-            counts[p.state] = counts.get(p.state, 0) + 1
-            if p.state == "committed":
+            counts[p.state] += 1
+            if p.state == PartitionState.COMMITTED:
                 counts["committed_this_try"] += p.this_try
                 counts["rows"] += p.rows
                 counts["bytes"] += p.bytes
                 counts["quarantined"] += p.quarantined
-        return counts
+        return {str(key): n for key, n in counts.items()}  # plain-string keys: the counts go into XCom as they are
 
     def summary(self) -> dict:
         """Small enough for an asset event's extra and a log line."""
         c = self.counts()
         return {
             "interval_start": self.epoch["interval_start"], "interval_end": self.epoch["interval_end"],
-            "fingerprint": self.fingerprint, "status": self.status, "reason": self.reason,
+            "fingerprint": self.fingerprint, "status": str(self.status), "reason": self.reason,
             "output_path": self.output_path, "table": self.table,
             "partitions": len(self.partitions), "committed": c["committed"],
             "committed_this_try": c["committed_this_try"], "failed": c["failed"],
@@ -131,6 +137,7 @@ class EpochRecord:
     def to_dict(self) -> dict:
         """The JSON of ``_epoch.json``: every field, partitions as dicts (shares ``epoch`` and ``metrics``)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["status"] = str(self.status)  # a plain string, as records have always held it
         data["partitions"] = [p.to_dict() for p in self.partitions]
         return data
 
@@ -267,7 +274,7 @@ class EpochCheckpoint:
         # only (it used to cover the interval bounds too) are compared by their inputs as well
         frozen = EpochManifest.from_dict(previous.epoch) if previous is not None else None
         if frozen is not None and frozen.fingerprint != manifest.fingerprint:
-            done = len(previous.by_state("committed"))
+            done = len(previous.by_state(PartitionState.COMMITTED))
             files = {(p.path, p.size, p.mtime, p.etag) for p in frozen.partitions}
             if files == {(p.path, p.size, p.mtime, p.etag) for p in manifest.partitions}:
                 why = ("the same files, split into partitions differently: max_partition_bytes changed since "

@@ -1,20 +1,20 @@
 """Run a user pipeline over one epoch: read the manifest, transform, commit per partition.
 
-The same function serves the in-process operator and the spark-submit application
-(`airflow_streambatch.epochs.spark_app`), so both resume the same way: the commit
-records decide what is left, the durable epoch record guards against changed inputs
+The same function, `run_job`, serves the in-process operator and the spark-submit
+application (`airflow_streambatch.epochs.spark_app`), both handing it the same
+`job.EpochJob`, so both resume the same way: the commit records decide what is left,
+the durable epoch record (kept by `epoch_run.EpochRun`) guards against changed inputs
 and says what happened, and nothing runs on Spark for a committed partition.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import posixpath
 import sys
-import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from airflow_streambatch.engine import read_api
 from airflow_streambatch.engine.context import DataContext
@@ -23,12 +23,13 @@ from airflow_streambatch.engine.errors import PartialResultWarning
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.read_pruning import check_columns, check_filter, prune_reads
 from airflow_streambatch.engine.execution.partitions import WriteResult
-from airflow_streambatch.engine.output.commit import CommitRecord
 from airflow_streambatch.engine.output.target import OutputTarget
 from airflow_streambatch.engine.spark.session import get_spark, ship_user_module
-from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, PartitionStatus, stop_reason
+from airflow_streambatch.epochs.checkpoint import EpochRecord
+from airflow_streambatch.epochs.epoch_run import EpochRun, OnProgress
+from airflow_streambatch.epochs.job import EpochJob
 from airflow_streambatch.epochs.manifest import EpochManifest
-from airflow_streambatch.epochs.outputs import OUTPUT_FORMATS, EpochOutput
+from airflow_streambatch.epochs.outputs import OUTPUT_FORMATS
 from airflow_streambatch.epochs.pipeline_ref import load_pipeline
 
 log = logging.getLogger("airflow_streambatch.epochs")
@@ -42,9 +43,6 @@ READERS = {
 }
 
 Pipeline = Callable[..., Dataset]
-# during a run, on_progress (the Task State Store) gets the record at most this often, and so does the
-# snapshot ``_epoch.json`` on filesystems that cannot append to its journal (object stores)
-PROGRESS_INTERVAL_S = 2.0
 
 
 def check_formats(input_format: str, output_format: str) -> None:
@@ -93,24 +91,17 @@ def check_output_apart(manifest: EpochManifest, output_path: str) -> None:
                    f"epoch {manifest.interval_start}..{manifest.interval_end}: output_path")
 
 
-def run_epoch(
-    manifest: EpochManifest,
-    pipeline: str | Pipeline,
-    *,
-    output_path: str,
-    input_format: str = "parquet",
-    output_format: str = "parquet",
-    output_options: dict | None = None,
-    pipeline_kwargs: dict | None = None,
-    full_recompute: bool = False,
-    context_overrides: dict | None = None,
-    on_progress: Callable[[EpochRecord], None] | None = None,
-    spark_ui_url: str | None = None,
-    columns: list[str] | None = None,
-    row_filter=None,
-) -> EpochRecord:
-    """Run ``pipeline`` over the epoch and commit each input partition to ``output_path``: a
-    directory, or with ``output_format="delta"``/``"iceberg"`` a table (`outputs.EpochOutput`;
+def run_epoch(manifest: EpochManifest, pipeline: str | Pipeline, *, on_progress: OnProgress | None = None,
+              spark_ui_url: str | None = None, **job: Any) -> EpochRecord:
+    """`run_job` of ``EpochJob(manifest=manifest, pipeline=pipeline, **job)``: ``job`` takes the keyword
+    arguments of `EpochJob` (``output_path`` is required; the defaults are the job's)."""
+    return run_job(EpochJob(manifest=manifest, pipeline=pipeline, **job), on_progress=on_progress,
+                   spark_ui_url=spark_ui_url)
+
+
+def run_job(job: EpochJob, *, on_progress: OnProgress | None = None, spark_ui_url: str | None = None) -> EpochRecord:
+    """Run ``job.pipeline`` over ``job.manifest`` and commit each input partition to ``job.output_path``:
+    a directory, or with ``output_format="delta"``/``"iceberg"`` a table (`outputs.EpochOutput`;
     ``output_options`` are the write's keyword arguments). ``columns`` and ``row_filter``
     (a `pyarrow.compute.Expression`) prune what each partition reads (`read_epoch`).
 
@@ -121,137 +112,50 @@ def run_epoch(
     line to the record's journal (``_epoch.log``), so a commit costs O(1) however many
     partitions the epoch has; the whole record (``_epoch.json``) is written when the
     run starts, ends or stops, and ``on_progress`` (which gets the record) follows the
-    commits at most every ``PROGRESS_INTERVAL_S`` seconds (the commit records, not
-    this record, decide what a retry reruns).
+    commits at most every ``epoch_run.PROGRESS_INTERVAL_S`` seconds (the commit records,
+    not this record, decide what a retry reruns).
 
     Whatever stops the run (an error, or an interruption: Airflow's execution_timeout,
     SIGTERM, Ctrl-C) leaves the record saying ``failed`` with the reason, then is
     re-raised; the engine has by then cancelled its Spark jobs and removed its staging
     and blocks.
     """
-    check_formats(input_format, output_format)
-    output = EpochOutput(output_path, output_format, output_options or {})
-    if full_recompute and output.is_table:
-        raise ValueError(f"full_recompute=True is not supported for {output_format} tables ({output_path}): delete "
-                         "the epoch's rows in the table (its record lists their files), then clear the task")
+    check_formats(job.input_format, job.output_format)
+    output, manifest = job.output(), job.manifest
+    if job.full_recompute and output.is_table:
+        raise ValueError(f"full_recompute=True is not supported for {job.output_format} tables ({job.output_path}): "
+                         "delete the epoch's rows in the table (its record lists their files), then clear the task")
     check_output_apart(manifest, output.location())
     # one run of an epoch at a time: the record, like the commits, is written only under the output's lease
-    with (DataContext.get_current().scoped(**(context_overrides or {})),
+    with (DataContext.get_current().scoped(**job.data_context),
           OutputTarget.open(output.record_dir(manifest.interval_start, manifest.interval_end)) as target):
-        return _run_epoch(manifest, pipeline, output, target, input_format, pipeline_kwargs,
-                          full_recompute, on_progress, spark_ui_url, (columns, row_filter))
+        fn = load_pipeline(job.pipeline)
+        run = EpochRun(job, output, target, on_progress=on_progress, spark_ui_url=spark_ui_url)
+        done = run.start()
+        return done if done is not None else _write(run, fn)
 
 
-def _run_epoch(manifest, pipeline, output: EpochOutput, target: OutputTarget, input_format, pipeline_kwargs,
-               full_recompute, on_progress, spark_ui_url, pruning=(None, None)) -> EpochRecord:
-    output_path = output.describe()
-    fn = load_pipeline(pipeline)
-    checkpoint = EpochCheckpoint(target.path, target.lease)
-    previous = checkpoint.validate(manifest, full_recompute)
-    if previous is not None and previous.status == "running":  # we hold the lease: that try is not running
-        log.warning("try %d of epoch %s..%s stopped without recording why (its record still says running): its "
-                    "driver was killed (SIGKILL, the out-of-memory killer, a lost host); resuming from its commits",
-                    previous.tries, manifest.interval_start, manifest.interval_end)
-    record = EpochRecord.start(manifest, target.path)  # where the record lives: beside a table's, not in it
-    record.table = output.describe() if output.is_table else None
-    record.tries = (previous.tries if previous else 0) + 1
-    if not manifest.partitions:  # a quiet interval: an empty epoch is done, not an error
-        log.warning("epoch %s..%s has no input files; committing it empty", manifest.interval_start,
-                    manifest.interval_end)
-        record.status = "succeeded"
-        checkpoint.save(record)
-        return record
-    committed = output.committed(target, manifest)
-    if previous is not None and previous.status == "succeeded" and len(committed) == len(manifest.partitions):
-        log.info("epoch %s..%s already committed all %d partitions to %s; nothing to rerun "
-                 "(set full_recompute=True to recompute it)", manifest.interval_start, manifest.interval_end,
-                 len(committed), output_path)
-        for status in previous.partitions:
-            status.this_try = False
-        return previous
-    manifest.verify_unchanged()
-
-    record.spark_ui_url = spark_ui_url
-    for index, rec in committed.items():
-        if index < len(record.partitions):
-            record.partitions[index] = PartitionStatus.committed(index, rec, this_try=False)
-    checkpoint.save(record)
-    log.info("epoch %s..%s: %d partitions, %d committed by earlier tries, running the rest into %s",
-             manifest.interval_start, manifest.interval_end, len(manifest.partitions), len(committed), output_path)
-
-    total = len(manifest.partitions)
-    now = time.monotonic()
-    progress = {"committed": sum(p.state == "committed" for p in record.partitions), "published": now,
-                "saved": now, "bookkeeping_s": 0.0}
-
-    def committed_now(rec: CommitRecord) -> None:
-        started = time.perf_counter()
-        if record.partitions[rec.partition].state != "committed":
-            progress["committed"] += 1
-        status = PartitionStatus.committed(rec.partition, rec, this_try=True)
-        record.partitions[rec.partition] = status
-        log.info("epoch %s..%s: %d of %d partitions committed (partition %d, %s: %d rows, %d bytes)",
-                 manifest.interval_start, manifest.interval_end, progress["committed"], total, rec.partition,
-                 rec.label, rec.rows, rec.bytes)
-        now = time.monotonic()
-        if not checkpoint.append(record, status) and now - progress["saved"] >= PROGRESS_INTERVAL_S:
-            checkpoint.save(record)  # no journal on this filesystem: a snapshot now and then instead
-            progress["saved"] = now
-        if on_progress is not None and now - progress["published"] >= PROGRESS_INTERVAL_S:
-            on_progress(record)
-            progress["published"] = now
-        progress["bookkeeping_s"] += time.perf_counter() - started
-
-    ctx = DataContext.get_current().copy()  # run_epoch scoped context_overrides
-    ctx.max_failed_partitions = len(manifest.partitions)  # isolate every failure; the epoch reports them
+def _write(run: EpochRun, fn: Pipeline) -> EpochRecord:
+    """The engine's run of the pipeline over the epoch, each partition committed through ``run.commit``."""
+    job = run.job
+    ctx = DataContext.get_current().copy()  # run_job scoped the job's data_context
+    ctx.max_failed_partitions = len(job.manifest.partitions)  # isolate every failure; the epoch reports them
     with ctx.scoped():
         try:
             # a function unpickled by value (@task.streambatch in spark-submit's driver) names a module this
             # process never imported, maybe one no process can (unusual_prefix_<hash>_<file>): its code came along
             if fn.__module__ in sys.modules:
                 ship_user_module(get_spark(), fn.__module__)
-            columns, row_filter = pruning
-            inputs = read_epoch(manifest, input_format, columns=columns, row_filter=row_filter)
-            ds = fn(inputs, manifest, **(pipeline_kwargs or {}))
+            inputs = read_epoch(job.manifest, job.input_format, columns=job.columns, row_filter=job.row_filter)
+            ds = fn(inputs, job.manifest, **job.pipeline_kwargs)
             if not isinstance(ds, Dataset):
-                raise TypeError(f"pipeline {pipeline!r} must return an airflow_streambatch Dataset, "
+                raise TypeError(f"pipeline {job.pipeline!r} must return an airflow_streambatch Dataset, "
                                 f"got {type(ds).__name__}")
             # "resume": commit records decide what is left, so a retry or a Clear runs only what is missing
             with warnings.catch_warnings():  # failed partitions are the epoch record's to report
                 warnings.simplefilter("ignore", PartialResultWarning)
-                result: WriteResult = output.write(ds, target, manifest, committed_now)
+                result: WriteResult = run.output.write(ds, run.target, job.manifest, run.commit)
         except BaseException as exc:  # noqa: BLE001 - timeouts and SIGTERM too: the record must not say running
-            record.status, record.reason = "failed", stop_reason(exc)
-            log.error("epoch %s..%s stopped: %s", manifest.interval_start, manifest.interval_end, record.reason)
-            checkpoint.save(record)
-            if on_progress is not None:
-                with contextlib.suppress(Exception):  # the task state store is for the UI: never mask the cause
-                    on_progress(record)
+            run.fail(exc)
             raise
-
-    for failure in result.failed:
-        record.partitions[failure.partition] = PartitionStatus.failed(failure.partition, failure)
-    record.status = "failed" if record.by_state("failed") or record.by_state("pending") else "succeeded"
-    record.metrics = _metrics(ds)
-    # the epoch layer's own time within the engine's run (journal, log line, progress): W9 reports it
-    record.metrics["commit_bookkeeping_s"] = round(progress["bookkeeping_s"], 4)
-    checkpoint.save(record)
-    return record
-
-
-def _metrics(ds: Dataset) -> dict:
-    stats = ds.last_run_stats
-    if stats is None:
-        return {}
-    return {
-        "wall_s": round(stats.wall_s, 3),
-        "peak_buffered_bytes": stats.peak_memory_bytes,
-        "spark_jobs": len(stats.launch_log),
-        "operators": [
-            {"name": op.name, "tasks": op.tasks_done, "tasks_rerun": op.tasks_rerun,
-             "tasks_retried": op.tasks_retried, "rows": op.rows_out,
-             "bytes": op.bytes_out, "files": op.files_out, "wall_s": round(op.wall_s, 3),
-             "task_s": round(op.work_s, 3)}
-            for op in stats.ops
-        ],
-    }
+    return run.finish(result, ds)

@@ -2,12 +2,14 @@
 
     spark-submit --master spark://host:7077 .../airflow_streambatch/epochs/spark_app.py spec.json
 
-The spec holds the pipeline (``module:function``, or a ``@task.streambatch`` function pickled by
-value: `pipeline_by_value`), the output path and formats, the read's
-``columns`` and ``row_filter`` (a pyarrow expression as `read_pruning.encode_filter` text: the
-spec is a 0600 file, never a command line), and the manifest: a pointer to the durable
-manifest the sensor wrote (its URI and fingerprint, read back and checked here), or the
-whole manifest when there is no such file. The
+The spec is an `epochs.job.EpochJob` as `EpochJob.to_spec` writes it, and `EpochJob.from_spec`
+rebuilds the same job here, so this driver runs exactly what the operator would have run
+in-process, with the defaults declared once, on the job: the pipeline (``module:function``,
+or a ``@task.streambatch`` function pickled by value: `pipeline_by_value`), the output path
+and formats, the read's ``columns`` and ``row_filter`` (a pyarrow expression as
+`read_pruning.encode_filter` text: the spec is a 0600 file, never a command line), and the
+manifest: a pointer to the durable manifest the sensor wrote (its URI and fingerprint, read
+back and checked here), or the whole manifest when there is no such file. The
 outcome is the durable epoch record the run writes next to the output
 (``<output>/_epoch.json``), which the operator reads back after spark-submit exits;
 the exit status is non-zero only when the run itself broke (not for failed partitions,
@@ -29,30 +31,9 @@ import sys
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
-from airflow_streambatch.engine.read_pruning import decode_filter
 from airflow_streambatch.engine.spark.session import SPARK_DEFAULTS
-from airflow_streambatch.epochs.manifest import EpochManifest
-from airflow_streambatch.epochs.manifest_store import read_manifest
-from airflow_streambatch.epochs.pipeline_by_value import decode_pipeline
-from airflow_streambatch.epochs.runner import run_epoch
-
-
-def spec_for(manifest: EpochManifest, pipeline: str | dict, manifest_uri: str | None = None, **options) -> dict:
-    """The JSON spec that `main` runs (the operator writes it to a file for spark-submit).
-
-    With ``manifest_uri`` (where the sensor froze ``manifest``) the spec stays a few
-    hundred bytes at any epoch size; the driver reads the manifest from there.
-    """
-    if manifest_uri is not None:
-        return {"manifest_uri": manifest_uri, "fingerprint": manifest.fingerprint, "pipeline": pipeline, **options}
-    return {"manifest": manifest.to_dict(), "pipeline": pipeline, **options}
-
-
-def manifest_of(spec: dict) -> EpochManifest:
-    """The spec's manifest: read from its URI (and checked against its fingerprint), or inline."""
-    if "manifest_uri" in spec:
-        return read_manifest(spec["manifest_uri"], spec["fingerprint"])
-    return EpochManifest.from_dict(spec["manifest"])
+from airflow_streambatch.epochs.job import EpochJob
+from airflow_streambatch.epochs.runner import run_job
 
 
 def _exit_on_sigterm(signum, frame):
@@ -65,26 +46,19 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with open(argv[0]) as f:
-        spec = json.load(f)
+        job = EpochJob.from_spec(json.load(f))
     # spark-submit passed the master and conf (the hook's properties file carries SPARK_DEFAULTS under the
     # connection's settings); defaults it lacks (a hand-made spark-submit) are added, what it set wins.
     # The engine picks up this active session.
     submitted = SparkConf()
-    builder = SparkSession.builder.appName(spec.get("app_name", "airflow-streambatch"))
+    builder = SparkSession.builder.appName(job.app_name)
     for key, value in SPARK_DEFAULTS.items():
         if not submitted.contains(key):
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        record = run_epoch(
-            manifest_of(spec), decode_pipeline(spec["pipeline"]), output_path=spec["output_path"],
-            input_format=spec.get("input_format", "parquet"), output_format=spec.get("output_format", "parquet"),
-            output_options=spec.get("output_options"),
-            pipeline_kwargs=spec.get("pipeline_kwargs"), full_recompute=spec.get("full_recompute", False),
-            context_overrides=spec.get("context_overrides"), spark_ui_url=spark.sparkContext.uiWebUrl,
-            columns=spec.get("columns"), row_filter=decode_filter(spec.get("row_filter")),
-        )
+        record = run_job(job, spark_ui_url=spark.sparkContext.uiWebUrl)
         print(json.dumps(record.summary()))
     finally:
         spark.stop()

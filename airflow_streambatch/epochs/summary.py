@@ -12,6 +12,7 @@ most `PATH_CHARS`, under 64 KiB (tests/epochs/test_bounded_summaries.py checks i
 from __future__ import annotations
 
 from airflow_streambatch.epochs.checkpoint import EpochRecord, record_uri
+from airflow_streambatch.epochs.states import PartitionState
 
 MAX_FAILED_SHOWN = 50  # failed partitions listed by index; the rest are counted in failed_left_out
 ERROR_CHARS = 300  # head of each error message
@@ -35,7 +36,7 @@ def failed_partitions(record: EpochRecord, tracebacks: bool = True) -> list[dict
     """The first `MAX_FAILED_SHOWN` failed partitions, each with its error (and traceback tail) cut short."""
     shown = []
     for p in record.partitions:
-        if p.state != "failed":
+        if p.state != PartitionState.FAILED:
             continue
         if len(shown) == MAX_FAILED_SHOWN:
             break
@@ -56,7 +57,7 @@ def epoch_summary(record: EpochRecord, *, manifest_uri: str | None = None, trace
     where = record_uri(record.output_path)
     return {
         "interval_start": record.epoch["interval_start"], "interval_end": record.epoch["interval_end"],
-        "fingerprint": record.fingerprint, "status": record.status, "reason": _head(record.reason, 2000),
+        "fingerprint": record.fingerprint, "status": str(record.status), "reason": _head(record.reason, 2000),
         "tries": record.tries, "output_path": record.output_path, "table": record.table,
         "record_uri": where, "manifest_uri": manifest_uri or where,
         "partitions": len(record.partitions), "committed": counts["committed"],

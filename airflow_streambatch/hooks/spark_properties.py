@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from airflow.sdk.log import mask_secret
 
-from airflow_streambatch.engine.worker.files import atomic_write
+from airflow_streambatch.engine.atomic_files import atomic_write
 
 # Spark's default `spark.redaction.regex` is (?i)secret|password|token|access[.]?key; this adds
 # Azure account keys, SAS tokens and connection strings, credentials and key files, and the

@@ -44,6 +44,7 @@ from functools import cached_property
 from airflow.sdk import BaseHook
 from airflow.sdk.configuration import conf as airflow_conf
 
+from airflow_streambatch.engine.atomic_files import atomic_write
 from airflow_streambatch.engine.spark.java import ensure_java
 from airflow_streambatch.engine.spark.session import (
     NEEDS_NEW_JVM,
@@ -53,7 +54,6 @@ from airflow_streambatch.engine.spark.session import (
     quiet_spark_logs,
     with_spark_defaults,
 )
-from airflow_streambatch.engine.worker.files import atomic_write
 from airflow_streambatch.hooks.lineage_conf import openlineage_spark_properties
 from airflow_streambatch.hooks.network_extra import network_settings
 from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnvironment, applied

@@ -1,23 +1,25 @@
 """Where an epoch's Spark driver runs: in this task's process, or as a spark-submit application.
 
 Each mode checks the pipeline before Spark starts, runs the epoch to its record, and
-stops it when the task is killed; the operator picks one by ``deploy_mode`` and does
-the rest (manifest, progress, outcome, events) the same way for both.
+stops it when the task is killed; the operator picks one by ``deploy_mode``, hands it
+the one `epochs.job.EpochJob` it built from its arguments, and does the rest (manifest,
+progress, outcome, events) the same way for both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Callable
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_streambatch.engine.read_pruning import encode_filter
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, stop_reason
+from airflow_streambatch.epochs.job import EpochJob
 from airflow_streambatch.epochs.manifest import EpochManifest
 from airflow_streambatch.epochs.pipeline_ref import find_pipeline_module
-from airflow_streambatch.epochs.runner import load_pipeline, run_epoch
-from airflow_streambatch.epochs.spark_app import spec_for
+from airflow_streambatch.epochs.runner import load_pipeline, run_job
+from airflow_streambatch.epochs.states import EpochState
 from airflow_streambatch.operators.links import SparkUILink
 
 if TYPE_CHECKING:
@@ -34,18 +36,14 @@ class InProcess:
     def __init__(self, task: StreamBatchOperator):
         self.task = task
 
-    def run(self, context: Context, manifest: EpochManifest, overrides: dict, on_progress: OnProgress) -> EpochRecord:
+    def run(self, context: Context, job: EpochJob, on_progress: OnProgress) -> EpochRecord:
         task = self.task
-        load_pipeline(task.pipeline)  # an import error fails here, before Spark starts
+        load_pipeline(job.pipeline)  # an import error fails here, before Spark starts
         spark = task.hook.get_spark_session()
         ui = spark.sparkContext.uiWebUrl
         SparkUILink.persist(context, url=ui, app_id=spark.sparkContext.applicationId,  # url None: UI disabled
                             history_server_url=task.hook.history_server_url)
-        return run_epoch(manifest, task.pipeline, output_path=task.output_path, input_format=task.input_format,
-                         output_format=task.output_format, output_options=task.output_options,
-                         pipeline_kwargs=task.pipeline_kwargs, full_recompute=task.full_recompute,
-                         context_overrides=overrides, on_progress=on_progress, spark_ui_url=ui,
-                         columns=task._columns(), row_filter=task.row_filter)
+        return run_job(job, on_progress=on_progress, spark_ui_url=ui)
 
     def stop(self) -> None:
         """Cancel the epoch's Spark jobs; the engine, interrupted, cleans up and records why."""
@@ -62,15 +60,11 @@ class SparkSubmit:
     def __init__(self, task: StreamBatchOperator):
         self.task = task
 
-    def run(self, context: Context, manifest: EpochManifest, overrides: dict, on_progress: OnProgress) -> EpochRecord:
-        task = self.task
-        find_pipeline_module(task.pipeline)  # spark-submit's driver imports it: fail here, before it starts
-        spec = spec_for(manifest, task._driver_pipeline(), task._manifest_uri, output_path=task.output_path,
-                        input_format=task.input_format, output_format=task.output_format,
-                        output_options=task.output_options, pipeline_kwargs=task.pipeline_kwargs,
-                        full_recompute=task.full_recompute, context_overrides=overrides,
-                        app_name=task.hook.app_name, columns=task._columns(),
-                        row_filter=encode_filter(task.row_filter))
+    def run(self, context: Context, job: EpochJob, on_progress: OnProgress) -> EpochRecord:
+        task, manifest = self.task, job.manifest
+        find_pipeline_module(job.pipeline)  # spark-submit's driver imports it: fail here, before it starts
+        # the driver gets the job as its spec, the pipeline as it can load it (`_driver_pipeline`)
+        spec = dataclasses.replace(job, pipeline=task._driver_pipeline()).to_spec()
         dag_folder = os.path.dirname(os.path.abspath(task.dag.fileloc)) if task.has_dag() else None
         try:
             task.hook.submit_epoch(spec, python_path=[dag_folder] if dag_folder else None)
@@ -95,9 +89,9 @@ def _record_stopped(record_dir: str, manifest: EpochManifest, exc: BaseException
     record = checkpoint.load()
     if record is None or EpochManifest.from_dict(record.epoch).fingerprint != manifest.fingerprint:
         return
-    if record.status == "running" or (record.reason or "").startswith("interrupted: terminated"):
-        driver = record.reason if record.status == "failed" else "did not record its end"
-        record.status, record.reason = "failed", f"{stop_reason(exc)}; the spark-submit driver: {driver}"
+    if record.status == EpochState.RUNNING or (record.reason or "").startswith("interrupted: terminated"):
+        driver = record.reason if record.status == EpochState.FAILED else "did not record its end"
+        record.status, record.reason = EpochState.FAILED, f"{stop_reason(exc)}; the spark-submit driver: {driver}"
         checkpoint.save(record)
 
 

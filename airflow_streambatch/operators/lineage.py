@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from airflow_streambatch.epochs.checkpoint import as_uri, record_uri
+from airflow_streambatch.epochs.states import PartitionState
 from airflow_streambatch.epochs.summary import ERROR_CHARS, PATH_CHARS, _head, _tail
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def output_dataset(location: str, record: EpochRecord | None = None):
 
     if record is None:
         return _dataset(OutputDataset, location)
-    written = [p for p in record.partitions if p.state == "committed" and p.this_try]
+    written = [p for p in record.partitions if p.state == PartitionState.COMMITTED and p.this_try]
     stats = OutputStatisticsOutputDatasetFacet(rowCount=sum(p.rows for p in written),
                                                size=sum(p.bytes for p in written),
                                                fileCount=sum(len(p.files) for p in written))
@@ -110,11 +111,11 @@ def _epoch_facet_class():
 
 
 def _partition_entry(p, tries: int) -> dict:
-    entry = {"index": p.index, "path": _tail(p.path, PATH_CHARS), "state": p.state}
-    if p.state == "committed":  # which try committed it: this one (the record's last), or an earlier one
+    entry = {"index": p.index, "path": _tail(p.path, PATH_CHARS), "state": str(p.state)}  # the facet's JSON
+    if p.state == PartitionState.COMMITTED:  # which try committed it: this one (the record's last), or an earlier one
         entry.update(committed_by_this_try=p.this_try, committing_try=tries if p.this_try else None,
                      run_id=p.run_id, rows=p.rows)
-    elif p.state == "failed":
+    elif p.state == PartitionState.FAILED:
         entry.update(operator=p.operator, error=_head(p.error, ERROR_CHARS))
     return entry
 
@@ -126,12 +127,12 @@ def epoch_facet(manifest: EpochManifest, *, record: EpochRecord | None = None, m
         return cls(interval_start=manifest.interval_start, interval_end=manifest.interval_end,
                    fingerprint=manifest.fingerprint, partitions=len(manifest.partitions), manifest_uri=manifest_uri)
     counts = record.counts()
-    unfinished = [p for p in record.partitions if p.state != "committed"]
-    shown = (unfinished + [p for p in record.partitions if p.state == "committed"])[:MAX_PARTITIONS_SHOWN]
+    unfinished = [p for p in record.partitions if p.state != PartitionState.COMMITTED]
+    shown = (unfinished + [p for p in record.partitions if p.state == PartitionState.COMMITTED])[:MAX_PARTITIONS_SHOWN]
     return cls(interval_start=record.epoch["interval_start"], interval_end=record.epoch["interval_end"],
                fingerprint=record.fingerprint, partitions=len(record.partitions),
                manifest_uri=manifest_uri or record_uri(record.output_path), record_uri=record_uri(record.output_path),
-               status=record.status, try_number=record.tries,
+               status=str(record.status), try_number=record.tries,
                counts={k: counts[k] for k in ("committed", "committed_this_try", "failed", "pending")},
                partition_states=[_partition_entry(p, record.tries) for p in sorted(shown, key=lambda p: p.index)],
                partitions_left_out=len(record.partitions) - len(shown))

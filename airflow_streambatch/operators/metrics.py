@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from airflow_streambatch.epochs.checkpoint import INTERRUPTIONS, EpochCheckpoint, EpochRecord
+from airflow_streambatch.epochs.states import PartitionState
 
 log = logging.getLogger("airflow_streambatch.metrics")
 
@@ -89,7 +90,7 @@ def epoch_values(record: EpochRecord | None) -> tuple[dict[str, int], dict[str, 
         return counters, {}
     counts = record.counts()
     for p in record.partitions:
-        if p.state == "committed" and p.this_try:
+        if p.state == PartitionState.COMMITTED and p.this_try:
             counters["rows.committed"] += p.rows
             counters["bytes.committed"] += p.bytes
             counters["rows.quarantined"] += p.quarantined

@@ -15,12 +15,14 @@ from airflow_streambatch.engine.context import DataContext, is_templated
 from airflow_streambatch.engine.filesystems import check_disjoint
 from airflow_streambatch.engine.read_pruning import check_columns, check_filter
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, as_uri, record_uri
+from airflow_streambatch.epochs.job import EpochJob
 from airflow_streambatch.epochs.outputs import EpochOutput
 from airflow_streambatch.epochs.manifest import DEFAULT_MAX_PARTITION_BYTES, EpochManifest, list_inputs
 from airflow_streambatch.epochs.manifest_store import manifest_from_xcom
 from airflow_streambatch.epochs.pipeline_ref import check_pipeline_ref
 from airflow_streambatch.epochs.runner import check_formats, check_output_apart
 from airflow_streambatch.epochs.sensing import epoch_interval
+from airflow_streambatch.epochs.states import EpochState, PartitionState
 from airflow_streambatch.epochs.summary import MAX_FAILED_SHOWN, epoch_summary
 from airflow_streambatch.hooks.streambatch import StreamBatchHook
 from airflow_streambatch.operators.asset_partitions import emit_epoch_event
@@ -41,10 +43,11 @@ class EpochPartitionsFailed(AirflowException):
 
     def __init__(self, record: EpochRecord, task_id: str, dag_id: str):
         self.record = record
-        failed = record.by_state("failed") + record.by_state("pending")
-        committed = record.by_state("committed")
-        lines = "\n".join(f"  - partition {p.index} ({p.path}) in {p.operator}: {p.error}" if p.state == "failed"
-                          else f"  - partition {p.index} ({p.path}): did not finish" for p in failed[:MAX_FAILED_SHOWN])
+        failed = record.by_state(PartitionState.FAILED) + record.by_state(PartitionState.PENDING)
+        committed = record.by_state(PartitionState.COMMITTED)
+        lines = "\n".join(f"  - partition {p.index} ({p.path}) in {p.operator}: {p.error}"
+                          if p.state == PartitionState.FAILED else f"  - partition {p.index} ({p.path}): did not finish"
+                          for p in failed[:MAX_FAILED_SHOWN])
         if len(failed) > MAX_FAILED_SHOWN:  # the message is the task's error: bounded like its XCom
             lines += (f"\n  ... and {len(failed) - MAX_FAILED_SHOWN} more, listed with their errors in "
                       f"{record_uri(record.output_path)}")
@@ -221,15 +224,14 @@ class StreamBatchOperator(StreamBatchLineageMixin, BaseOperator):
         store = context.get("task_state_store")
         log_earlier_progress(self.log, store.get(STATE_KEY) if store is not None else None, manifest,
                              self.output_path)
-        overrides = {**self.hook.network_settings, **self.data_context}  # the connection's network extra, then ours
-        record = DEPLOY_MODES[self.deploy_mode](self).run(context, manifest, overrides,
+        record = DEPLOY_MODES[self.deploy_mode](self).run(context, self._epoch_job(manifest),
                                                           on_progress=lambda r: self._save_progress(store, r))
         self._epoch_record = record  # what epoch_metrics sends and OpenLineage reports
         self._save_progress(store, record)
         log_outcome(self.log, record)
         # bounded: counts, the first failures and where the record and manifest are (not the record itself)
         result = epoch_summary(record, manifest_uri=self._manifest_uri)
-        if record.status != "succeeded":
+        if record.status != EpochState.SUCCEEDED:
             ti.xcom_push(key="return_value", value=result)  # the outcome, failures included
             raise EpochPartitionsFailed(record, self.task_id, self.dag_id)
         if self.output_asset is not None:
@@ -260,9 +262,14 @@ class StreamBatchOperator(StreamBatchLineageMixin, BaseOperator):
         imports (`decorators.streambatch` ships the function itself instead)."""
         return self.pipeline
 
-    def _columns(self) -> list[str] | None:
-        """``columns`` as rendered (a template gives a list with native rendering, else its text: refused)."""
-        return check_columns(self.columns, f"StreamBatchOperator {self.task_id}")
+    def _epoch_job(self, manifest: EpochManifest) -> EpochJob:
+        """The epoch run the rendered arguments ask for, as both deploy modes hand it to the runner."""
+        return EpochJob(pipeline=self.pipeline, manifest=manifest, manifest_uri=self._manifest_uri,
+                        output_path=self.output_path, input_format=self.input_format, output_format=self.output_format,
+                        output_options=self.output_options, pipeline_kwargs=self.pipeline_kwargs,
+                        full_recompute=self.full_recompute, app_name=self.hook.app_name, row_filter=self.row_filter,
+                        columns=check_columns(self.columns, f"StreamBatchOperator {self.task_id}"),  # rendered
+                        data_context={**self.hook.network_settings, **self.data_context})  # network extra, then ours
 
     def _epoch_manifest(self, context: Context) -> EpochManifest:
         self._manifest_uri = None  # the record's, unless the sensor wrote the manifest somewhere

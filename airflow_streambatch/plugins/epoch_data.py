@@ -146,6 +146,7 @@ def _state_name(state) -> str | None:
 def _load_record(view: EpochView) -> None:
     """Read the durable record; a failure to read it is shown, not raised (the summaries still say a lot)."""
     from airflow_streambatch.epochs.checkpoint import EpochCheckpoint
+    from airflow_streambatch.epochs.states import EpochState
 
     try:
         view.record = EpochCheckpoint(view.output_path).load()
@@ -153,15 +154,17 @@ def _load_record(view: EpochView) -> None:
         view.record_error = f"{type(exc).__name__}: {exc}"
         return
     started = view.task.start_date
-    if view.record is not None and view.running and started is not None and view.record.status != "running":
+    if view.record is not None and view.running and started is not None and view.record.status != EpochState.RUNNING:
         view.record_predates_try = view.record.updated_at < started.timestamp()
 
 
 def partition_rows(record: EpochRecord, limit: int = PARTITIONS_SHOWN) -> tuple[list, list, int, int]:
     """The record's partitions for the page's two tables: failed or not finished first, then committed,
     each cut at ``limit``; with how many of each were left out."""
-    unfinished = [p for p in record.partitions if p.state != "committed"]
-    committed = [p for p in record.partitions if p.state == "committed"]
+    from airflow_streambatch.epochs.states import PartitionState  # here: the epochs package imports pyspark
+
+    unfinished = [p for p in record.partitions if p.state != PartitionState.COMMITTED]
+    committed = [p for p in record.partitions if p.state == PartitionState.COMMITTED]
     return (unfinished[:limit], committed[:limit], max(0, len(unfinished) - limit),
             max(0, len(committed) - limit))
 

@@ -97,6 +97,8 @@ def render(view: EpochView) -> str:
 
 
 def _status(view: EpochView) -> list[str]:
+    from airflow_streambatch.epochs.states import EpochState  # here: the epochs package imports pyspark
+
     out = []
     record, counts = view.record, totals(view)
     if record is not None:
@@ -109,7 +111,7 @@ def _status(view: EpochView) -> list[str]:
                    "Spark is starting or the epoch has not begun, so nothing of this try is recorded yet"
                    + (" (the record below is the previous try's)" if record is not None else "")
                    + f". This page reloads every {REFRESH_S} s.</div>")
-    elif record is not None and record.status == "running" and not view.running:
+    elif record is not None and record.status == EpochState.RUNNING and not view.running:
         out.append(f"<div class='hint'>The record says running, but the task is {_e(view.task.state)}: its "
                    "driver stopped without recording why (killed). The next try resumes from the committed "
                    "partitions.</div>")
@@ -132,7 +134,7 @@ def _status(view: EpochView) -> list[str]:
     elif total == 0:
         out.append("<p>The epoch has no input partitions (a quiet interval): committed empty.</p>")
     rerun = (counts.get("failed") or 0) + (counts.get("pending") or 0)
-    if rerun and counts.get("status") == "failed" and not view.running:
+    if rerun and counts.get("status") == EpochState.FAILED and not view.running:
         kept = counts.get("committed") or 0
         out.append(f"<div class='hint' id='clear-hint'><b>Clear this task to rerun {rerun} partition"
                    f"{'s' if rerun != 1 else ''}</b>: the {kept:,} committed partition{'s' if kept != 1 else ''} "
@@ -168,19 +170,21 @@ def _output(view: EpochView) -> list[str]:
 
 
 def _partitions(view: EpochView) -> list[str]:
+    from airflow_streambatch.epochs.states import EpochState, PartitionState
+
     record = view.record
     unfinished, committed, unfinished_left, committed_left = partition_rows(record)
     out = []
     if unfinished:
-        failed = sum(p.state == "failed" for p in record.partitions)
-        live = record.status == "running"  # pending: still to run, not given up
+        failed = sum(p.state == PartitionState.FAILED for p in record.partitions)
+        live = record.status == EpochState.RUNNING  # pending: still to run, not given up
         heading = "Not committed yet" if live else "Failed or not finished"
         pending_text = "not committed yet" if live else "did not finish"
         out.append(f"<h2>{heading} ({failed} failed)</h2><table id='failed-partitions'><tr>"
                    "<th>#</th><th>input</th><th>state</th><th>operator</th><th>error</th></tr>")
         for p in unfinished:
             error = f"<code>{_e(p.error)}</code>" if p.error else (f"<span class='muted'>{pending_text}</span>"
-                                                                    if p.state == "pending" else "")
+                                                                    if p.state == PartitionState.PENDING else "")
             out.append(f"<tr class='partition {_e(p.state)}' data-index='{_e(p.index)}'><td class='num'>"
                        f"{_e(p.index)}</td><td>{_input(view, p.index, p.path)}</td><td><span class='state "
                        f"{_e(p.state)}'>{_e(p.state)}</span></td><td>{_e(p.operator)}</td><td>{error}</td></tr>")

@@ -24,7 +24,9 @@ import pyarrow.flight as flight
 from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.execution.stream_watcher import ForgedStreamRecordError, StreamWatcher, WatchedTask
 from airflow_streambatch.engine.worker.blocks import write_block
-from airflow_streambatch.engine.worker.control_client import ControlInfo, call
+from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.protocol.streams import StreamId
+from airflow_streambatch.engine.worker.control_client import call
 
 NOBODY = ["runuser", "-u", "nobody", "--"]
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"),
@@ -148,7 +150,7 @@ def test_stream_watcher_refuses_a_forged_block_record_and_leaves_the_file_alone(
     run_dir = tmp_path / "run-x"
     run_dir.mkdir()
     watcher = StreamWatcher(str(run_dir), server)
-    watcher.watch(WatchedTask(1, "p00003", "1-p00003-5", 10, 0.0, 0))
+    watcher.watch(WatchedTask(StreamId(1, "p00003", 5), 10, 0.0, 0))
     target = str(secret)
     if how == "a link with the right name":
         target = str(run_dir / "1-p00003-7.arrow")

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 
 import airflow_streambatch.engine as sb
-from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.worker.blocks import BlockBuilder
 
 
 def _cuts(tables, target):

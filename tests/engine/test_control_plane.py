@@ -22,9 +22,11 @@ from observed_server import ObservedServer
 from standalone_cluster import free_port
 
 from airflow_streambatch.engine.execution.control_server import ControlServer
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
-from airflow_streambatch.engine.worker.streams import GRANT_WAIT_S, YIELD, OutputStream, TaskYielded, stream_name
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.worker.control_client import DriverUnreachableError, call
+from airflow_streambatch.engine.protocol.streams import YIELD, StreamId
+from airflow_streambatch.engine.worker.streams import GRANT_WAIT_S, OutputStream, TaskYielded
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ _launches = itertools.count(1)
 
 
 def new_stream(server: ControlServer, granted: int = 0) -> OutputStream:
-    name = stream_name(0, "p00000", next(_launches))
+    name = str(StreamId(0, "p00000", next(_launches)))
     server.open_stream(name, granted)
     return OutputStream(server.info(timeout_s=5), name, granted=granted)
 
@@ -106,7 +108,7 @@ def test_a_grant_releases_a_waiting_task(server, waiters):
 def test_a_task_writes_its_byte_allowance_without_asking_then_waits(server, waiters):
     """The strict policy gives a task its reservation in bytes: blocks within it need no call;
     the first past it asks, and what was left goes into that grant (never written twice)."""
-    name = stream_name(0, "p00000", next(_launches))
+    name = str(StreamId(0, "p00000", next(_launches)))
     server.open_stream(name, 0)
     out = OutputStream(server.info(timeout_s=5), name, granted=0, allowance=100)
     out.wait_for(0, 60)

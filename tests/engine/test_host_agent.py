@@ -23,8 +23,9 @@ import pytest
 from standalone_cluster import free_port
 
 from airflow_streambatch.engine.execution.control_server import ControlServer
-from airflow_streambatch.engine.worker.blocks import BlockRef, write_block
-from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.worker.blocks import write_block
+from airflow_streambatch.engine.protocol.control import ControlInfo
 from airflow_streambatch.engine.worker.host_agent import ORPHAN_S, ensure_agent, prepare_run_dir
 from airflow_streambatch.engine.worker.owner import process_alive
 from airflow_streambatch.engine.worker.transport import BlockLostError, delete_blocks, read_any

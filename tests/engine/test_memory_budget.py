@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from airflow_streambatch.engine.execution.memory import BlockLedger, MemoryBudget
 from airflow_streambatch.engine.execution.stats import OpStats
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 # -- MemoryBudget -----------------------------------------------------------------------
 

@@ -17,9 +17,10 @@ from airflow_streambatch.engine.execution import memory as memory_mod
 from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.execution.memory import Heartbeat, MemoryBudget, MemoryGrants
 from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher, WatchedTask
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.worker.control_client import call
-from airflow_streambatch.engine.worker.streams import YIELD, OutputStream, TaskYielded, stream_name
+from airflow_streambatch.engine.protocol.streams import StreamId, YIELD
+from airflow_streambatch.engine.worker.streams import OutputStream, TaskYielded
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,8 @@ class Task:
     def __init__(self, server: ObservedServer, run_dir: str, op_index: int, key: str, granted: int = 0):
         self.server = server
         self.op_index, self.key = op_index, key
-        self.name = stream_name(op_index, key, next(_launches))
+        self.stream = StreamId(op_index, key, next(_launches))
+        self.name = str(self.stream)
         self.out = OutputStream(server.info(timeout_s=5), self.name, granted=granted)
         self.run_dir = run_dir
         self.outcome: str | None = None
@@ -134,7 +136,7 @@ def setup_grants(server, run_dir, ops, limit, used=0, strict=False):
 
 
 def watch(grants, task: Task, reserved: float = 0.0, input_bytes: int = 0, granted: int = 0) -> WatchedTask:
-    watched = WatchedTask(task.op_index, task.key, task.name, granted, reserved, input_bytes)
+    watched = WatchedTask(task.stream, granted, reserved, input_bytes)
     grants.memory.reserved += reserved
     grants.watch(watched)
     return watched

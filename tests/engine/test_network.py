@@ -28,8 +28,10 @@ from airflow_streambatch.engine.execution.control_server import ControlServer, c
 from airflow_streambatch.engine.execution.tls import server_tls
 from airflow_streambatch.engine.filesystems import free_bytes
 from airflow_streambatch.engine.worker.block_room import BlockDirTooSmallError
-from airflow_streambatch.engine.worker.blocks import BlockRef, write_block
-from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.worker.blocks import write_block
+from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.worker.control_client import DriverUnreachableError, call
 from airflow_streambatch.engine.worker.host_agent import ensure_agent, prepare_run_dir
 from airflow_streambatch.engine.worker.listen import listen_on
 from airflow_streambatch.engine.worker.owner import process_alive

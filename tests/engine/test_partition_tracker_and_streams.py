@@ -23,10 +23,12 @@ from airflow_streambatch.engine.output.target import OutputTarget
 from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
 from airflow_streambatch.engine.execution.stream_watcher import ForgedStreamRecordError, StreamWatcher, WatchedTask
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.control_client import ControlInfo, call
-from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns
-from airflow_streambatch.engine.worker.streams import OutputStream, stream_name
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.worker.control_client import call
+from airflow_streambatch.engine.protocol.staging import StagedFile, schema_columns
+from airflow_streambatch.engine.protocol.streams import StreamId
+from airflow_streambatch.engine.worker.streams import OutputStream
 
 
 # -- PartitionTracker -------------------------------------------------------------------------
@@ -202,10 +204,9 @@ def task_block(run_dir, op_index, key, index, size=8, write=True, **changes) -> 
 
 
 def watched(watcher, op_index, key, granted=100) -> tuple[WatchedTask, OutputStream]:
-    name = stream_name(op_index, key, next(_launches))
-    task = WatchedTask(op_index, key, name, granted, 0.0, 0)
+    task = WatchedTask(StreamId(op_index, key, next(_launches)), granted, 0.0, 0)
     watcher.watch(task)
-    return task, OutputStream(watcher.server.info(timeout_s=5), name, granted=granted)
+    return task, OutputStream(watcher.server.info(timeout_s=5), task.name, granted=granted)
 
 
 def send(out: OutputStream, record: dict) -> dict:
@@ -285,7 +286,7 @@ def test_held_back_follows_tasks_queued_behind_a_waiting_one(server, run_dir):
     second, _ = watched(watcher, 1, "b")
     third, _ = watched(watcher, 1, "c")
     other, _ = watched(watcher, 1, "d")
-    second.after, third.after = first.name, second.name
+    second.after, third.after = first.stream, second.stream
     first.waiting_for = 0
     assert {t.name for t in watcher.held_back(watcher.waiting())} == {first.name, second.name, third.name}
     second.finished = True  # wrote all it had: it holds nothing back, nor anything behind it

@@ -17,7 +17,7 @@ from airflow_streambatch.engine.execution.resources import TASK_SLOTS, ResourceP
 from airflow_streambatch.engine.plan.logical import InputBlocks, MapBatches, ResourceRequest
 from airflow_streambatch.engine.plan.planner import MapOp, plan
 from airflow_streambatch.engine.spark.group_sizer import GroupSizer
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 # -- GroupSizer ---------------------------------------------------------------------------
 
@@ -117,16 +117,16 @@ def test_small_blocks_coalesce_until_target_min_block_size(tmp_path):
     assert op._peek_bundle() == refs[:4]  # 120 >= 100
     assert op.next_task_input_bytes() == 120
     spec = op.next_task()
-    assert spec.inputs == refs[:4] and spec.partitions == (0,) and spec.task_key == task_key(refs[:4])
+    assert list(spec.inputs) == refs[:4] and spec.partitions == (0,) and spec.task_key == task_key(refs[:4])
     assert list(op.inputs) == refs[4:]
-    assert op.next_task().inputs == refs[4:8]
+    assert list(op.next_task().inputs) == refs[4:8]
     assert op._peek_bundle() == refs[8:]  # what is left, though under the target
 
 
 def test_a_block_at_the_target_runs_alone(tmp_path):
     op = map_operator(tmp_path, min_size=100)
     refs = queue(op, blocks(3, size=100))
-    assert op.next_task().inputs == refs[:1]
+    assert list(op.next_task().inputs) == refs[:1]
 
 
 def test_bundles_never_pass_target_max_block_size(tmp_path):
@@ -141,9 +141,9 @@ def test_bundles_never_pass_target_max_block_size(tmp_path):
 def test_bundles_keep_input_partitions_apart(tmp_path):
     op = map_operator(tmp_path, min_size=1000)
     refs = queue(op, blocks(6, size=10, partition=lambda i: i // 2))  # partitions 0 0 1 1 2 2
-    assert op.next_task().inputs == refs[:2]
+    assert list(op.next_task().inputs) == refs[:2]
     spec = op.next_task()
-    assert spec.inputs == refs[2:4] and spec.partitions == (1,)
+    assert list(spec.inputs) == refs[2:4] and spec.partitions == (1,)
 
 
 def test_bundles_mix_partitions_only_when_allowed(tmp_path):
@@ -151,15 +151,15 @@ def test_bundles_mix_partitions_only_when_allowed(tmp_path):
     op.mix_partitions = True
     refs = queue(op, blocks(6, size=10, partition=lambda i: i // 2))
     spec = op.next_task()
-    assert spec.inputs == refs and spec.partitions == (0, 1, 2)
+    assert list(spec.inputs) == refs and spec.partitions == (0, 1, 2)
 
 
 def test_batch_size_sets_the_least_rows_of_a_bundle(tmp_path):
     op = map_operator(tmp_path, batch_size=25, min_size=1)  # any block is big enough in bytes
     refs = queue(op, blocks(7, size=10, rows=10))
     assert op.min_rows == 25
-    assert op.next_task().inputs == refs[:3]  # 30 rows >= 25
-    assert op.next_task().inputs == refs[3:6]
+    assert list(op.next_task().inputs) == refs[:3]  # 30 rows >= 25
+    assert list(op.next_task().inputs) == refs[3:6]
 
 
 def test_batch_size_rows_are_still_capped_by_max_block_size(tmp_path):
@@ -193,7 +193,7 @@ def test_a_bundle_under_batch_size_waits_for_more_input_until_upstream_is_done(t
     assert not op.has_input()
     op.upstream_done = True
     assert op.has_input()  # nothing more will join it
-    assert op.next_task().inputs == list(blocks(1, size=30, rows=10))
+    assert list(op.next_task().inputs) == list(blocks(1, size=30, rows=10))
 
 
 def test_a_bundle_under_target_min_size_starts_when_it_holds_all_queued_blocks(tmp_path):
@@ -212,7 +212,7 @@ def test_a_bundle_under_target_min_size_starts_when_it_holds_all_queued_blocks(t
 def test_before_any_task_finished_each_block_runs_alone(tmp_path):
     op = map_operator(tmp_path, min_size=1000, cheap=False)
     refs = queue(op, blocks(6, size=10))
-    assert op.next_task().inputs == refs[:1]
+    assert list(op.next_task().inputs) == refs[:1]
     assert op.has_input()  # a lone block is ready at once
 
 
@@ -246,8 +246,8 @@ def test_an_expensive_block_never_joins_a_cheap_bundle(tmp_path):
     op = map_operator(tmp_path, min_size=1 << 20, cheap=False)
     op.estimates = Estimates(tasks=2, work_s=0.02, input_bytes=16, output_bytes=16, input_rows=2)
     refs = queue(op, blocks(2, size=8, rows=1) + blocks(1, size=8, rows=1000, start=2))
-    assert op.next_task().inputs == refs[:2]  # the 1000-row block would take 10 s
-    assert op.next_task().inputs == refs[2:]
+    assert list(op.next_task().inputs) == refs[:2]  # the 1000-row block would take 10 s
+    assert list(op.next_task().inputs) == refs[2:]
 
 
 def test_cost_follows_rows_or_bytes_whichever_predicts_more(tmp_path):

@@ -260,7 +260,7 @@ def test_a_commit_built_on_a_table_version_that_moved_fails_instead_of_duplicati
     never be rebased onto B's."""
     from airflow_streambatch.engine.output.commit import CommitRecord
     from airflow_streambatch.engine.output.tables import Pending
-    from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns
+    from airflow_streambatch.engine.protocol.staging import StagedFile, schema_columns
 
     kind, args, ids = table
     _write(kind, args, sb.range(10, override_num_blocks=1), mode="resume", idempotence_key="seed")  # a table

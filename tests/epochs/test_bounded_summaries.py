@@ -90,17 +90,17 @@ def test_the_sensor_pointer_reads_back_the_manifest_and_refuses_another(tmp_path
 
 
 def test_the_spark_submit_spec_points_to_a_frozen_manifest_instead_of_holding_it(tmp_path):
-    from airflow_streambatch.epochs.spark_app import manifest_of, spec_for
+    from airflow_streambatch.epochs.job import EpochJob
 
     manifest = _huge_manifest(20_000)
     uri = write_manifest(manifest, str(tmp_path / "_manifests"))
-    spec = spec_for(manifest, "m:f", uri, output_path="/out")
+    spec = EpochJob(pipeline="m:f", manifest=manifest, manifest_uri=uri, output_path="/out").to_spec()
     assert _size(spec) < 1024 and "manifest" not in spec  # 20,000 partitions, a few hundred bytes
-    assert manifest_of(json.loads(json.dumps(spec))) == manifest
-    inline = spec_for(manifest, "m:f", output_path="/out")  # no frozen file (input_path=): the manifest itself
-    assert manifest_of(inline) == manifest and "manifest_uri" not in inline
+    assert EpochJob.from_spec(json.loads(json.dumps(spec))).manifest == manifest
+    inline = EpochJob(pipeline="m:f", manifest=manifest, output_path="/out").to_spec()  # no frozen file (input_path=)
+    assert EpochJob.from_spec(inline).manifest == manifest and "manifest_uri" not in inline
     with pytest.raises(ValueError, match="was replaced since the sensor froze the epoch"):
-        manifest_of({**spec, "fingerprint": "0" * 16})
+        EpochJob.from_spec({**spec, "fingerprint": "0" * 16})
 
 
 def test_a_killed_run_resumes_from_snapshot_and_journal_with_a_cut_last_line(ctx, tmp_path, monkeypatch, caplog):

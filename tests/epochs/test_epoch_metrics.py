@@ -8,11 +8,11 @@ from datetime import datetime, timezone
 import pyarrow.compute as pc
 from pipelines import write_inputs
 
-from airflow_streambatch.engine.worker.staging import StagedFile
-from airflow_streambatch.engine.worker.task_runner import TaskResult
+from airflow_streambatch.engine.protocol.staging import StagedFile
+from airflow_streambatch.engine.protocol.tasks import TaskResult
 from airflow_streambatch.engine.execution.stats import OpStats
 from airflow_streambatch.epochs import EpochCheckpoint, EpochManifest, list_inputs, run_epoch
-from airflow_streambatch.epochs import runner as runner_module
+from airflow_streambatch.epochs import epoch_run as epoch_run_module
 
 END = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
 
@@ -67,7 +67,7 @@ def test_the_durable_record_is_snapshotted_at_start_and_end_and_each_commit_appe
     monkeypatch.setattr(EpochCheckpoint, "save", lambda self, rec: (saves.append(rec.status), real_save(self, rec)))
     monkeypatch.setattr(EpochCheckpoint, "append",
                         lambda self, rec, st: (appends.append(st.index), real_append(self, rec, st))[1])
-    monkeypatch.setattr(runner_module, "PROGRESS_INTERVAL_S", 0.0)  # the task state store after every commit
+    monkeypatch.setattr(epoch_run_module, "PROGRESS_INTERVAL_S", 0.0)  # the task state store after every commit
     record = run_epoch(_manifest(tmp_path, 8), _scored, output_path=str(tmp_path / "out"),
                        on_progress=lambda r: progress.append(r.status))
     assert record.status == "succeeded" and len(record.by_state("committed")) == 8
@@ -81,12 +81,12 @@ def test_the_durable_record_is_snapshotted_at_start_and_end_and_each_commit_appe
     # a filesystem that cannot append (S3, GCS): snapshots instead, at most every PROGRESS_INTERVAL_S
     saves.clear()
     monkeypatch.setattr(EpochCheckpoint, "append", lambda self, rec, st: False)
-    monkeypatch.setattr(runner_module, "PROGRESS_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(epoch_run_module, "PROGRESS_INTERVAL_S", 3600.0)
     (tmp_path / "second").mkdir()
     run_epoch(_manifest(tmp_path / "second", 3), _scored, output_path=str(tmp_path / "second" / "out"))
     assert saves == ["running", "succeeded"]
     saves.clear()
-    monkeypatch.setattr(runner_module, "PROGRESS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(epoch_run_module, "PROGRESS_INTERVAL_S", 0.0)
     (tmp_path / "third").mkdir()
     run_epoch(_manifest(tmp_path / "third", 3), _scored, output_path=str(tmp_path / "third" / "out"))
     assert saves == ["running"] * 4 + ["succeeded"]

@@ -24,7 +24,7 @@ from pipelines import write_inputs
 
 from airflow_streambatch.epochs import EpochCheckpoint, EpochManifest, list_inputs, run_epoch
 from airflow_streambatch.epochs import spark_app
-from airflow_streambatch.epochs.spark_app import spec_for
+from airflow_streambatch.epochs.job import EpochJob
 
 END = datetime(2026, 11, 22, 11, tzinfo=timezone.utc)
 LOGICAL = pendulum.datetime(2026, 11, 22, 10, tz="UTC")
@@ -173,9 +173,9 @@ def test_sigterm_to_an_airflow_task_process_records_the_epoch_failed_and_cleans_
 
 def test_sigterm_to_the_spark_submit_application_records_the_epoch_failed_and_cleans_up(tmp_path):
     manifest = _manifest(tmp_path / "in")
-    spec = spec_for(manifest, "interrupt_pipelines:sleepy", output_path=str(tmp_path / "out"),
+    spec = EpochJob(pipeline="interrupt_pipelines:sleepy", manifest=manifest, output_path=str(tmp_path / "out"),
                     pipeline_kwargs={"started_dir": str(tmp_path / "started")},
-                    context_overrides={"block_dir": str(tmp_path / "blocks"), "progress_interval_s": 0})
+                    data_context={"block_dir": str(tmp_path / "blocks"), "progress_interval_s": 0}).to_spec()
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     log_path = tmp_path / "spark-submit.log"

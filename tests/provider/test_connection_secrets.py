@@ -59,15 +59,16 @@ def test_spark_submit_keeps_secrets_off_command_lines_logs_and_the_spark_ui(monk
     from airflow.sdk._shared.secrets_masker import redact
 
     from airflow_streambatch.epochs import EpochManifest, list_inputs
-    from airflow_streambatch.epochs.spark_app import spec_for
+    from airflow_streambatch.epochs.job import EpochJob
     from airflow_streambatch.hooks.streambatch import StreamBatchHook
 
     monkeypatch.setenv("AIRFLOW_CONN_SB_SECRETS", _connection("local[1]"))
     write_inputs(tmp_path / "in", partitions=1)
     end = datetime(2026, 11, 22, 11, tzinfo=timezone.utc).isoformat()
     manifest = EpochManifest("2026-11-22T10:00:00+00:00", end, list_inputs(str(tmp_path / "in")))
-    spec = spec_for(manifest, "test_connection_secrets:record_conf", output_path=str(tmp_path / "out"),
-                    pipeline_kwargs={"report": str(tmp_path / "report.json")})
+    job = EpochJob(pipeline="test_connection_secrets:record_conf", manifest=manifest,
+                   output_path=str(tmp_path / "out"), pipeline_kwargs={"report": str(tmp_path / "report.json")})
+    spec = job.to_spec()
     with ArgvWatcher(SECRETS) as watcher, caplog.at_level(logging.DEBUG):
         StreamBatchHook("sb_secrets").submit_epoch(spec, python_path=[HERE])
     assert watcher.spark_submit_jvms, "never saw the spark-submit JVM"

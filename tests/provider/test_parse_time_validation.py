@@ -122,7 +122,7 @@ def test_a_data_context_built_from_a_dict_at_run_time_refuses_a_typo(ctx, tmp_pa
                              pendulum.datetime(2026, 11, 22, 11).isoformat(), [])
     with pytest.raises(ValueError, match=r"DataContext has no setting 'memory_limt'\. Did you mean 'memory_limit'\?"):
         run_epoch(manifest, "pipelines:score", output_path=str(tmp_path / "out"),
-                  context_overrides={"memory_limt": 1})
+                  data_context={"memory_limt": 1})
     with pytest.raises(ValueError, match=r"DataContext\.scheduling_policy must be one of"):
         DataContext.get_current().copy(scheduling_policy="fast")
 

@@ -126,7 +126,7 @@ def _record_status(out) -> str | None:
 
 def test_on_kill_stops_a_spark_submit_run_and_its_driver(airflow_db, tmp_path, monkeypatch):
     from airflow_streambatch.epochs import EpochManifest, list_inputs, spark_app
-    from airflow_streambatch.epochs.spark_app import spec_for
+    from airflow_streambatch.epochs.job import EpochJob
     from airflow_streambatch.operators.streambatch import StreamBatchOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[2]"}')
@@ -136,9 +136,9 @@ def test_on_kill_stops_a_spark_submit_run_and_its_driver(airflow_db, tmp_path, m
     started, out = tmp_path / "started", str(tmp_path / "out")
     op = StreamBatchOperator(task_id="sleepy", pipeline="interrupt_pipelines:sleepy", output_path=out,
                              deploy_mode="spark_submit", streambatch_conn_id="spark_local")
-    spec = spec_for(manifest, "interrupt_pipelines:sleepy", output_path=out,
+    spec = EpochJob(pipeline="interrupt_pipelines:sleepy", manifest=manifest, output_path=out,
                     pipeline_kwargs={"started_dir": str(started)},
-                    context_overrides={"block_dir": str(tmp_path / "blocks"), "progress_interval_s": 0})
+                    data_context={"block_dir": str(tmp_path / "blocks"), "progress_interval_s": 0}).to_spec()
     outcome: list[BaseException | None] = []
 
     def submit():

@@ -20,8 +20,8 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.control import ControlInfo
 from airflow_streambatch.engine.worker.transport import delete_blocks, read_any
 
 

@@ -32,11 +32,10 @@ slots only as tasks end), so recovery and fairness would wait for the run to run
 
 from __future__ import annotations
 
-import base64
 import threading
 from collections.abc import Callable
 
-from airflow_streambatch.engine.worker.task_runner import CHECK_IN_WAIT_S
+from airflow_streambatch.engine.protocol.check_ins import CHECK_IN_WAIT_S, CheckInCall, CheckInReply
 
 MAX_JOB_S = 5.0  # a job's partitions get no more tasks after this long: Spark's scheduler gets their slots back
 LINGER_S = 0.3  # the longest a partition that found no ready task waits for one before it ends
@@ -56,6 +55,11 @@ class CheckIn:
         self._payload: bytes | None = None
         self._abandoned = False
 
+    @classmethod
+    def of(cls, call: CheckInCall) -> CheckIn:
+        """The call as the scheduler loop takes it (`launcher.Launcher.check_in`)."""
+        return cls(call.launch, call.part, call.attempt, call.results)
+
     def answer(self, specs: list[bytes], payload: bytes | None = None) -> bool:
         """Hand ``specs`` (pickled `TaskSpec`s) to the partition, with their operator's payload
         when it is not the one the partition ran until now; False when it stopped waiting."""
@@ -66,16 +70,13 @@ class CheckIn:
         self._answered.set()
         return True
 
-    def wait(self, timeout_s: float) -> dict:
-        """The answer as sent back, or no tasks (the partition ends) when the loop gives none in ``timeout_s``."""
+    def wait(self, timeout_s: float) -> CheckInReply:
+        """The answer, or no tasks (the partition ends) when the loop gives none in ``timeout_s``."""
         self._answered.wait(timeout_s)
         with self._lock:
             if self._specs is None:
                 self._abandoned = True
-            reply: dict = {"specs": [base64.b64encode(spec).decode() for spec in self._specs or []]}
-            if self._payload is not None:
-                reply["op"] = base64.b64encode(self._payload).decode()
-            return reply
+            return CheckInReply(list(self._specs or []), self._payload)
 
 
 class Parked:
@@ -117,19 +118,20 @@ class CheckInDesk:
                 del self._last[key]
 
     def check_in(self, body: dict) -> dict:
-        run_id, seq = str(body["run"]), int(body["seq"])
-        key = (run_id, int(body["launch"]), int(body["part"]), int(body.get("attempt", 0)))
+        """The control server's handler: a partition's `CheckInCall` in, its `CheckInReply` out (wire form)."""
+        call = CheckInCall.from_wire(body)
+        key = call.key
         with self._lock:
-            deliver = self._runs.get(run_id)
+            deliver = self._runs.get(call.run)
             if deliver is None:  # the run ended: the partition ends too
-                return {"specs": []}
+                return CheckInReply().to_wire()
             last_seq, check_in = self._last.get(key, (-1, None))
-            new = seq > last_seq
+            new = call.seq > last_seq
             if new:
-                check_in = CheckIn(key[1], key[2], key[3], [base64.b64decode(r) for r in body["results"]])
-                self._last[key] = (seq, check_in)
-            elif seq < last_seq or check_in is None:
-                return {"specs": []}  # an old call arriving late: its answer was given already
+                check_in = CheckIn.of(call)
+                self._last[key] = (call.seq, check_in)
+            elif call.seq < last_seq or check_in is None:
+                return CheckInReply().to_wire()  # an old call arriving late: its answer was given already
         if new:
             deliver(check_in)
-        return check_in.wait(CHECK_IN_WAIT_S)
+        return check_in.wait(CHECK_IN_WAIT_S).to_wire()

@@ -11,6 +11,7 @@ files vanished has them rebuilt by lineage, then runs again.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import PartitionFailure, StreamBatchError, partitions_failed
@@ -26,7 +27,7 @@ from airflow_streambatch.engine.execution.lineage import LineageTable
 from airflow_streambatch.engine.execution.memory import MemoryGrants
 from airflow_streambatch.engine.execution.operators import Operator
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
-from airflow_streambatch.engine.worker.task_runner import TaskResult, TaskSpec
+from airflow_streambatch.engine.protocol.tasks import TaskResult, TaskSpec
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -54,9 +55,7 @@ class Completions:
             if len(specs) > 1:  # which task is at fault is unknown: run each alone, charging none a try
                 log.warning("%s: a Spark job of %d tasks failed (%s); running each task alone to find the one at "
                             "fault", op.name, len(specs), root_cause(error))
-                for spec in specs:
-                    spec.alone = True
-                    op.retry_specs.append(spec)
+                op.retry_specs.extend(replace(spec, alone=True) for spec in specs)
                 op.stats.retried(len(specs))
                 return
             message = job_failure_message(error, op.name, specs[0].partitions,

@@ -34,7 +34,7 @@ import pyarrow.flight as flight
 from airflow_streambatch.engine.execution.check_ins import CheckInDesk
 from airflow_streambatch.engine.execution.instance_slots import InstanceSlots
 from airflow_streambatch.engine.execution.tls import ServerTls, server_tls
-from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.protocol.control import ControlInfo
 from airflow_streambatch.engine.worker.listen import listen_on
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
@@ -185,6 +185,7 @@ def control_server(spark, ctx=None) -> ControlServer:
     """This driver's control server, started on first use at the address executors reach
     the driver at (``spark.driver.host``; bound to ``spark.driver.bindAddress`` when set),
     with the network settings of ``ctx`` (`DataContext`; the current one when None).
+    Without ``spark`` (tasks that run in this process) it is the running server, else one on loopback.
 
     One per driver process: a run whose network settings differ from the running server's
     restarts it when no run uses it, and fails naming the settings when one does."""
@@ -192,21 +193,25 @@ def control_server(spark, ctx=None) -> ControlServer:
     if ctx is None:
         from airflow_streambatch.engine.context import DataContext
         ctx = DataContext.get_current()
-    wanted = _network_settings(ctx)
+    if spark is not None:
+        conf = spark.sparkContext.getConf()
+        host = conf.get("spark.driver.host", "127.0.0.1")
+        bind = conf.get("spark.driver.bindAddress", None) or host
     with _server_lock:
+        if spark is None:  # tasks in this process reach the server at any address it listens on
+            host, bind = _server_settings[-2:] if _server_settings is not None else ("127.0.0.1", "127.0.0.1")
+        wanted = (*_network_settings(ctx), host, bind)
         if _server is not None and _server_settings != wanted:
             if (busy := _server.busy()) is not None:
                 raise RuntimeError(
                     "this driver's control plane runs with control_ports, agent_ports, tls, tls_cert_file, "
-                    f"tls_key_file, tls_ca_file = {_server_settings!r} for {busy} still going (a materialized "
-                    f"dataset keeps its run until it is dropped), and this run asks for {wanted!r}: these "
-                    "DataContext settings hold for a whole driver process; run with the same ones")
+                    f"tls_key_file, tls_ca_file, host, bind address = {_server_settings!r} for {busy} still going "
+                    f"(a materialized dataset keeps its run until it is dropped), and this run asks for {wanted!r}: "
+                    "these DataContext settings and spark.driver.host/bindAddress hold for a whole driver "
+                    "process; run with the same ones")
             _server.shutdown()
             _server = None
         if _server is None:
-            conf = spark.sparkContext.getConf()
-            host = conf.get("spark.driver.host", "127.0.0.1")
-            bind = conf.get("spark.driver.bindAddress", None) or host
             driver_id = uuid.uuid4().hex[:12]
             tls = server_tls(host, driver_id, ctx.tls_cert_file, ctx.tls_key_file, ctx.tls_ca_file) if ctx.tls else None
             _server = listen_on(lambda port: ControlServer(host, bind, port=port, tls=tls, driver_id=driver_id,

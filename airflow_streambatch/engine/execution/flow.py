@@ -17,12 +17,13 @@ from airflow_streambatch.engine.execution.memory import BlockLedger
 from airflow_streambatch.engine.execution.operators import LimitOperator, MapOperator, Operator, RepartitionOperator
 from airflow_streambatch.engine.execution.ordering import Order, OrderGate, min_order
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 
 class BlockFlow:
     def __init__(self, operators: list[Operator], ledger: BlockLedger, partitions: PartitionTracker,
-                 outputs: queue.Queue):
+                 outputs: queue.Queue, running_orders: Callable[[int], list[Order]] = lambda index: []):
+        """``running_orders``: the input-order places of an operator's running tasks (`Launcher.running_orders`)."""
         self.operators = operators
         self.ledger = ledger
         self.partitions = partitions
@@ -31,7 +32,7 @@ class BlockFlow:
         if operators and operators[0].ctx.execution_options.preserve_order:
             ends = [op.index for op in operators if isinstance(op, LimitOperator)] + [len(operators)]
             self.gates = {index: OrderGate(index) for index in ends}
-        self.running_orders: Callable[[int], list[Order]] = lambda index: []  # set by the executor
+        self.running_orders = running_orders
 
     def emit(self, op: Operator, ref: BlockRef, owned: bool = True) -> None:
         """A block produced by ``op`` (``owned=False``: it belongs to someone else, never deleted)."""

@@ -4,14 +4,15 @@ more as they check in, and unpacking what comes back.
 A launch takes one Spark partition per usable slot, each running up to
 ``sizer.depth`` tasks in turn (group scheduling, `spark/group_sizer.py`), then asking
 for more (`check_ins.py`). Each task gets a memory reservation the policy sizes, its
-slot's GPU ids, and an output stream the driver watches (`memory.MemoryGrants`).
+slot's GPU ids, and an output stream the driver watches (`memory.MemoryGrants`): its
+`protocol.tasks.Placement`, set on a copy of the frozen spec, so a retry starts clean.
 """
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyspark import cloudpickle
@@ -25,9 +26,9 @@ from airflow_streambatch.engine.execution.operators import Operator
 from airflow_streambatch.engine.execution.policies import SchedulingPolicy
 from airflow_streambatch.engine.execution.resources import ResourcePool
 from airflow_streambatch.engine.execution.stream_watcher import WatchedTask
-from airflow_streambatch.engine.spark.backend import JobOutcome, SparkBackend
-from airflow_streambatch.engine.worker.streams import stream_name
-from airflow_streambatch.engine.worker.task_runner import OperatorPayload, TaskResult, TaskSpec
+from airflow_streambatch.engine.protocol.backend import Backend, JobOutcome
+from airflow_streambatch.engine.protocol.streams import StreamId
+from airflow_streambatch.engine.protocol.tasks import OperatorPayload, Placement, TaskResult, TaskSpec
 
 
 @dataclass
@@ -38,7 +39,7 @@ class SparkPartition:
     op: Operator
     gpu_ids: tuple[str, ...] | None  # its slot's GPUs; None while it holds no slot (between check-ins)
     assigned: list[TaskSpec] = field(default_factory=list)
-    after: str | None = None  # the stream of its last task: the next runs after it
+    after: StreamId | None = None  # the stream of its last task: the next runs after it
     work_s: float = 0.0
     deadline: float = float("inf")  # task_timeout_s per task it runs now
     attempt: int = 0  # Spark's attempt that checks in: a later one means Spark lost and reran it
@@ -72,7 +73,7 @@ class Launch:
 
 
 class Launcher:
-    def __init__(self, ctx: DataContext, operators: list[Operator], backend: SparkBackend, pool: ResourcePool,
+    def __init__(self, ctx: DataContext, operators: list[Operator], backend: Backend, pool: ResourcePool,
                  memory: MemoryBudget, policy: SchedulingPolicy, grants: MemoryGrants, run_dir: str, run_id: str,
                  launch_log: list, blocks: BlockAccess, host_agents: bool, label: Callable[[int], str]):
         self.ctx = ctx
@@ -108,6 +109,10 @@ class Launcher:
         self.launch_log.append((op.index, len(taken), spark_partitions))
         self.launches[launch_id] = launch
         self.backend.submit(launch_id, op.name, self.payloads[op.index], groups, resources=op.compute.as_dict())
+
+    def running_orders(self, op_index: int) -> list[tuple[int, ...]]:
+        """The input-order places of operator ``op_index``'s running tasks (`flow.py`'s order gates wait for them)."""
+        return [spec.order for launch in self.launches.values() for spec in launch.running(op_index)]
 
     def can_run(self, launch_id: int, op: Operator) -> bool:
         """Whether a partition of the launch may run tasks of ``op``: Spark placed it by its
@@ -150,24 +155,25 @@ class Launcher:
 
     def _hand_out(self, launch_id: int, launch: Launch, part: int, spec: TaskSpec, reserved: float) -> bytes:
         """Ready ``spec`` to run in Spark partition ``part`` of the launch, after the tasks
-        already there: its inputs where they live now, its slot's GPUs, its watched stream."""
+        already there: its inputs where they live now, and its `Placement` (its slot's GPUs,
+        its watched stream and grant). The spec itself is never changed: a placed copy runs."""
         spark_partition = launch.parts[part]
         op = spark_partition.op
-        spec.inputs = [self.blocks.current(ref) for ref in spec.inputs]  # rebuilt ones may live elsewhere now
-        spec.gpu_ids = spark_partition.gpu_ids
-        if op.index in self.quarantining:
-            spec.label = self.label(spec.partitions[0])
-        spec.stream = stream_name(op.index, spec.task_key, launch_id)
-        spec.pull = (launch_id, part) if self.ctx.group_scheduling else None
-        input_bytes = sum(ref.size_bytes for ref in spec.inputs)
+        inputs = tuple(self.blocks.current(ref) for ref in spec.inputs)  # rebuilt ones may live elsewhere now
+        input_bytes = sum(ref.size_bytes for ref in inputs)
         if self.policy.strict:  # the reservation in bytes, not in blocks of a guessed size
-            spec.granted, spec.allowance = 0, int(reserved)
+            granted, allowance = 0, int(reserved)
         else:
-            spec.granted = int((reserved + input_bytes) // op.block_estimate(input_bytes))
-        spec.skip_blocks = self.grants.streamed(op.index, spec.task_key)
-        self.grants.watch(WatchedTask(op.index, spec.task_key, spec.stream, spec.granted, reserved,
-                                      input_bytes, after=spark_partition.after))
-        spark_partition.after = spec.stream
+            granted, allowance = int((reserved + input_bytes) // op.block_estimate(input_bytes)), 0
+        stream = StreamId(op.index, spec.task_key, launch_id)
+        spec = spec.placed(Placement(
+            gpu_ids=spark_partition.gpu_ids, stream=stream, granted=granted, allowance=allowance,
+            skip_blocks=self.grants.streamed(op.index, spec.task_key),
+            pull=(launch_id, part) if self.ctx.group_scheduling else None,
+            label=self.label(spec.partitions[0]) if op.index in self.quarantining else spec.placement.label,
+        ), inputs)
+        self.grants.watch(WatchedTask(stream, granted, reserved, input_bytes, after=spark_partition.after))
+        spark_partition.after = stream
         spark_partition.assigned.append(spec)
         if self.ctx.task_timeout_s:
             spark_partition.deadline = time.monotonic() + self.ctx.task_timeout_s * len(spark_partition.assigned)
@@ -181,7 +187,7 @@ class Launcher:
         op, specs = spark_partition.op, spark_partition.assigned
         spark_partition.assigned = []
         for spec in specs:
-            self.grants.forget(spec.stream)
+            self.grants.forget(str(spec.placement.stream))
         op.running_tasks -= len(specs)
         if spark_partition.gpu_ids is not None:
             self.pool.release(op.index, op.compute, spark_partition.gpu_ids)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 from airflow_streambatch.engine.errors import LineageError, UserCodeError
 from airflow_streambatch.engine.execution.block_access import BlockAccess
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.task_runner import TaskResult, TaskSpec
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.tasks import TaskResult, TaskSpec
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -58,7 +58,7 @@ class LineageTable:
         log.warning("rebuilding lost block %s by replaying task %s of %s", ref.block_id, spec.task_key,
                     record.operator)
         for _ in range(MAX_REPLAYS):
-            spec = replace(spec, inputs=[blocks.current(parent) for parent in spec.inputs])
+            spec = replace(spec, inputs=tuple(blocks.current(parent) for parent in spec.inputs))
             result = run_task(record.op_blob, spec)
             if not result.lost_inputs:
                 break

@@ -18,17 +18,12 @@ import time
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.stats import human_bytes
-from airflow_streambatch.engine.worker.streams import YIELD
 from airflow_streambatch.engine.execution.stream_watcher import WatchedTask
+from airflow_streambatch.engine.protocol.streams import YIELD
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
 PREEMPT_AFTER_S = 0.2  # nothing moved for this long while a consumer has no slot: preempt
-
-
-def launch_of(task: WatchedTask) -> int:
-    """The launch (Spark job) a watched task runs in: the last part of its stream name."""
-    return int(task.name.rsplit("-", 1)[1])
 
 
 class Liveness:
@@ -60,13 +55,13 @@ class Liveness:
         upstream of it hold slots waiting for memory that only the consumer can free.
 
         The Spark job of the most upstream waiting task is emptied: each of its tasks
-        that waits is told to yield (`streams.YIELD`), stops, and runs again later,
+        that waits is told to yield (`protocol/streams.YIELD`), stops, and runs again later,
         skipping the blocks it delivered; tasks queued behind them do not start. Slots
         come back when the job ends, so the whole job must end, not one task of it.
         One job at a time, and only after nothing moved for ``PREEMPT_AFTER_S``."""
         waiting = self.streams.waiting()
         for task in waiting:
-            if launch_of(task) in self.emptying:
+            if task.stream.launch_id in self.emptying:
                 self._yield(task)
         if self.emptying or heartbeat.idle_s() < PREEMPT_AFTER_S:
             return
@@ -76,12 +71,12 @@ class Liveness:
                 continue
             victims = [task for task in waiting if task.op_index < op.index]
             if victims:
-                launch_id = launch_of(min(victims, key=lambda task: task.op_index))
+                launch_id = min(victims, key=lambda task: task.op_index).stream.launch_id
                 log.info("%s waits for a slot that tasks waiting for memory hold; preempting Spark job %d of %s",
                          op.name, launch_id, launches[launch_id].op.name)
                 self.emptying.add(launch_id)
                 for task in waiting:
-                    if launch_of(task) == launch_id:
+                    if task.stream.launch_id == launch_id:
                         self._yield(task)
                 return
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.stream_watcher import StreamWatcher, WatchedTask
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 

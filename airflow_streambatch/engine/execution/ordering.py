@@ -20,7 +20,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterable
 
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 Order = tuple[int, ...]
 

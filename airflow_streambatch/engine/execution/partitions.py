@@ -22,9 +22,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter, SchemaMismatchError
-from airflow_streambatch.engine.worker.staging import StagedFile
+from airflow_streambatch.engine.protocol.staging import StagedFile
 from airflow_streambatch.engine.errors import PartialResultWarning, PartitionFailure, partitions_failed
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
@@ -171,6 +171,21 @@ class PartitionTracker:
             self.fail(PartitionFailure(partition, label, self.sink_name, f"{type(exc).__name__}: {exc}"))
             return
         self._landed(records)
+
+    def finish_write(self, error: BaseException | None) -> BaseException | None:
+        """The run ended: commit what waits to be committed (a table's last batch: its partitions
+        are done, whether or not the run failed), record whether the write committed every
+        partition, then remove its staging. Returns the run's error, or the flush's."""
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - the consumer gets it, unless the run failed first
+            log.error("the last commit of %s failed: %s", self.committer.path, exc)
+            error = error or exc
+        try:
+            self.committer.finish(error is None and not self.failures)
+        finally:
+            self.committer.cleanup()
+        return error
 
     def flush(self) -> None:
         """Commit what the committer still holds (a table's last batch): the run's work is done."""

@@ -160,3 +160,13 @@ class ConservativePolicy:
 
 def make_policy(name: str, memory: MemoryBudget) -> SchedulingPolicy:
     return AdaptivePolicy(memory) if name == "adaptive" else ConservativePolicy(memory)
+
+
+def next_operator(operators: list, policy: SchedulingPolicy):
+    """The operator a free slot goes to now, if any: the source while the policy lets it
+    start tasks, else the one the policy picks among those that could start one."""
+    source, rest = operators[0], operators[1:]
+    if source.has_input() and policy.may_launch(source) and source.usable_slots() > 0:
+        return source
+    return policy.pick([op for op in rest if op.runs_tasks and op.has_input()
+                        and op.usable_slots() > 0 and policy.may_launch(op)])

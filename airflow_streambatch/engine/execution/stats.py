@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
 from airflow_streambatch.engine.errors import human_bytes
+
+log = logging.getLogger("airflow_streambatch.engine.progress")
 
 
 @dataclass
@@ -146,3 +149,19 @@ def progress_line(state, final: bool = False) -> str:
         f"{s.tasks_done} tasks done ({s.tasks_retried} retried), {state.running_tasks} running, "
         f"{human_bytes(state.buffered_output_bytes)} buffered"
     )
+
+
+def log_progress(operators, final: bool = False) -> None:
+    """One progress line per operator, on the progress log (`show_progress`)."""
+    for op in operators:
+        log.info("%s", progress_line(op, final))
+
+
+def show_progress() -> None:
+    """Show progress on stderr when the application configured no logging at all
+    (a script or notebook); under Airflow or any configured app, propagate instead."""
+    if not logging.getLogger().handlers and not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s streambatch %(message)s", "%H:%M:%S"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)

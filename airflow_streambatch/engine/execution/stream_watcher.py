@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.control_server import ControlServer
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.streams import StreamId
 
 
 class ForgedStreamRecordError(StreamBatchError):
@@ -25,11 +26,10 @@ class ForgedStreamRecordError(StreamBatchError):
 
 @dataclass
 class WatchedTask:
-    """The driver's view of one running attempt of a streamed task."""
+    """The driver's view of one running attempt of a streamed task; ``stream`` says which
+    operator, task and launch (Spark job) it is."""
 
-    op_index: int
-    task_key: str
-    name: str
+    stream: StreamId
     granted: int
     reserved: float  # bytes of memory still reserved for blocks it has not yet written
     input_bytes: int  # it may write as much as it reads: its inputs are freed when it ends
@@ -38,8 +38,21 @@ class WatchedTask:
     waiting_for: int | None = None
     waiting_bytes: int = 0  # bytes of the block it waits to write (0: not said)
     finished: bool = False  # wrote all its blocks; its Spark job may still run other tasks
-    after: str | None = None  # the task its Spark partition runs before it, if any
+    after: StreamId | None = None  # the task its Spark partition runs before it, if any
     yielding: bool = False  # told to give its slot back: gets no grant
+
+    @property
+    def op_index(self) -> int:
+        return self.stream.op_index
+
+    @property
+    def task_key(self) -> str:
+        return self.stream.task_key
+
+    @property
+    def name(self) -> str:
+        """Its stream's wire name: what the task's records and grant calls carry."""
+        return str(self.stream)
 
 
 class StreamWatcher:
@@ -84,9 +97,7 @@ class StreamWatcher:
         output, then delete it): an error naming the task, and the path is never touched.
         """
         try:
-            fields = dict(fields, producer=tuple(fields["producer"]), partitions=tuple(fields["partitions"]),
-                          order=tuple(fields.get("order", ())))
-            ref = BlockRef(**fields)
+            ref = BlockRef.from_wire(fields)
             if not isinstance(ref.location, str):
                 raise TypeError("location")
             index = ref.producer[2]
@@ -116,10 +127,10 @@ class StreamWatcher:
     def held_back(self, waiting: list[WatchedTask]) -> list[WatchedTask]:
         """Tasks that write nothing until a grant: the ``waiting`` ones and those queued
         behind a waiting task in their Spark partition. What they reserved is idle."""
-        held: dict[str, WatchedTask] = {t.name: t for t in waiting}
+        held: dict[StreamId, WatchedTask] = {t.stream: t for t in waiting}
         for task in self.tasks.values():  # launch order: a task's predecessor comes first
             if task.after in held and not task.finished:
-                held[task.name] = task
+                held[task.stream] = task
         return list(held.values())
 
     def grant(self, task: WatchedTask, blocks: int) -> None:

@@ -48,7 +48,7 @@ from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.output import lease as write_lease
 from airflow_streambatch.engine.output.protocols import CommittedElsewhere, CopyCommit, protocol_for
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
-from airflow_streambatch.engine.worker.staging import RECORD, StagedFile, partition_dir, staging_dir
+from airflow_streambatch.engine.protocol.staging import RECORD, StagedFile, partition_dir, staging_dir
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 

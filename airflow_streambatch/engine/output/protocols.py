@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.filesystems import object_store_scheme
 from airflow_streambatch.engine.output import stores
-from airflow_streambatch.engine.worker.staging import RECORD
+from airflow_streambatch.engine.protocol.staging import RECORD
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 

@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.output.commit import CommitRecord, SchemaGuard
-from airflow_streambatch.engine.worker.staging import StagedFile
+from airflow_streambatch.engine.protocol.staging import StagedFile
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 

@@ -22,7 +22,7 @@ from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan.datasource import Datasource
 from airflow_streambatch.engine.worker import udf
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.worker.sinks import SinkOptions, write_task_output
 
 

@@ -22,7 +22,7 @@ from airflow_streambatch.engine.plan.logical import (
     Transform,
     unique_names,
 )
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 SOURCE_REQUEST = ResourceRequest.make("read", num_cpus=1)
 

@@ -20,27 +20,17 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 
 from pyspark.sql import SparkSession
 
+from airflow_streambatch.engine.protocol.backend import JobOutcome
 from airflow_streambatch.engine.spark.profiles import SPARK_RESOURCES_PROPERTY, job_property, profile_for
 from airflow_streambatch.engine.worker.task_runner import run_partition
 
 
-@dataclass
-class JobOutcome:
-    """What came back from one Spark job: per-task result blobs, or the exception."""
-
-    launch_id: int
-    results: list[bytes] | None
-    error: BaseException | None
-    wall_s: float
-
-
 class SparkBackend:
-    """Submits task groups as Spark jobs and reports their outcomes on one queue."""
+    """Submits task groups as Spark jobs and reports their outcomes on one queue (a `protocol.backend.Backend`)."""
 
     def __init__(self, spark: SparkSession, run_tag: str):
         self.spark = spark

@@ -16,8 +16,8 @@ import shutil
 import tempfile
 from collections.abc import MutableMapping
 
+from airflow_streambatch.engine.atomic_files import atomic_write
 from airflow_streambatch.engine.errors import StreamBatchError
-from airflow_streambatch.engine.worker.files import atomic_write
 
 _WRAPPER = """#!/usr/bin/env bash
 # Spark's launcher asks for a module this trimmed JRE does not have; drop that argument.

@@ -2,8 +2,8 @@
 
 Why files and not Spark's block manager: on this machine a task writes a 128 MiB
 Arrow IPC file and a reader memory-maps it in 0.25 s, while persisting the same bytes
-as an RDD costs 5-6.7 s (docs/design.md). The driver holds only `BlockRef`s: id,
-path, rows, bytes and the lineage of the task that produced the block.
+as an RDD costs 5-6.7 s (docs/design.md). The driver holds only `BlockRef`s
+(`protocol/blocks.py`): id, path, rows, bytes and the lineage of the task that produced the block.
 
 `BlockBuilder` is the streaming repartition of paper section 4.2.1: a task adds
 tables as it produces them and gets a block back each time its buffer passes the
@@ -17,56 +17,12 @@ import os
 import shutil
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.worker.files import atomic_output, atomic_write
+from airflow_streambatch.engine.atomic_files import atomic_output, atomic_write
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
-
-
-@dataclass(frozen=True)
-class BlockRef:
-    """A reference to one block; what the driver holds instead of data.
-
-    :param block_id: unique within a run; encodes producer and position.
-    :param path: the Arrow IPC file.
-    :param num_rows: rows visible through this reference (after ``offset``/``length``).
-    :param size_bytes: in-memory Arrow bytes of those rows.
-    :param producer: ``(operator name, task key, index in the task's output stream)``.
-    :param partitions: input (source) partitions this block descends from.
-    :param offset, length: a row slice of the file; ``length=None`` means all rows.
-        Slices let `limit` and `repartition` cut blocks without touching data.
-    :param location: the block server of the host that holds the file (its host agent,
-        `host_agent.py`); ``""`` where every reader sees the file at ``path`` (local mode).
-    :param order: the block's place in input order: its task's ``order`` and its index in the
-        task's output (a read task's order is its input partition). Blocks compare as tuples,
-        so with ``preserve_order`` the consumer receives them sorted (`execution/ordering.py`).
-    """
-
-    block_id: str
-    path: str
-    num_rows: int
-    size_bytes: int
-    producer: tuple[str, str, int]
-    partitions: tuple[int, ...]
-    offset: int = 0
-    length: int | None = None
-    location: str = ""
-    order: tuple[int, ...] = ()
-
-    def slice(self, offset: int, length: int) -> BlockRef:
-        """A view of ``length`` rows starting at ``offset`` of this view."""
-        length = max(0, min(length, self.num_rows - offset))
-        per_row = self.size_bytes / self.num_rows if self.num_rows else 0
-        return replace(
-            self,
-            block_id=f"{self.block_id}[{self.offset + offset}:{self.offset + offset + length}]",
-            offset=self.offset + offset,
-            length=length,
-            num_rows=length,
-            size_bytes=int(per_row * length),
-        )
 
 
 def write_block(table: pa.Table, path: str) -> None:

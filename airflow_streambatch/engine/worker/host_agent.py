@@ -34,10 +34,11 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from airflow_streambatch.engine.atomic_files import atomic_write
+from airflow_streambatch.engine.protocol.control import ControlInfo
 from airflow_streambatch.engine.worker.block_room import check_block_room
 from airflow_streambatch.engine.worker.blocks import check_block_dir
-from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
-from airflow_streambatch.engine.worker.files import atomic_write
+from airflow_streambatch.engine.worker.control_client import DriverUnreachableError, call
 from airflow_streambatch.engine.worker.listen import listen_on
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, owner_mark, process_alive, process_start, this_host
 

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_streambatch.engine.worker.control_client import ControlInfo, DriverUnreachableError, call
+from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.worker.control_client import DriverUnreachableError, call
 
 log = logging.getLogger("airflow_streambatch.engine.worker")
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.context import ROW_ERROR_POLICIES
 from airflow_streambatch.engine.filesystems import object_store_scheme, resolve
-from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns, staging_dir
+from airflow_streambatch.engine.protocol.staging import StagedFile, schema_columns, staging_dir
 
 QUARANTINE_PREFIX = "_quarantine-"
 ERROR_CHARS = 2000  # head of each error's text in the file

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.errors import check_positive_int, is_disk_full
 from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_STREAM_ARGS, object_store_scheme, resolve
-from airflow_streambatch.engine.worker.staging import StagedFile, schema_columns, staging_dir
+from airflow_streambatch.engine.protocol.staging import StagedFile, schema_columns, staging_dir
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
 # the stream codecs pyarrow writes, and the extension this engine's readers infer each from

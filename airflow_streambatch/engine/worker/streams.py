@@ -15,37 +15,31 @@ share no directory:
   ``YIELD`` when the task's slot is needed by an operator that frees memory: the task
   stops (`TaskYielded`) and is run again later, skipping the blocks it delivered.
 
-A task may write ``spec.granted`` blocks without asking: the driver gives each task
+A task may write its placement's ``granted`` blocks without asking: the driver gives each task
 the blocks its launch estimate already reserved, so tasks whose output is as
 expected never wait. Under the strict (conservative) policy it gets bytes instead,
-``spec.allowance``: its reservation exactly, whatever its blocks' sizes.
-``spec.skip_blocks`` blocks were delivered by an earlier attempt of the task: a retry
+``allowance``: its reservation exactly, whatever its blocks' sizes.
+Its first ``skip_blocks`` blocks were delivered by an earlier attempt of the task: a retry
 regenerates them (streaming repartition is deterministic) but neither writes nor
 announces them, so nothing is delivered twice.
 
 Records carry the run's secret, and the driver still trusts no block a record names
 unless it is exactly one the watched task writes (`execution/stream_watcher.py`).
+Stream ids and the grant values are contracts of both sides (`protocol/streams.py`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.control_client import ControlInfo, call
-
-NO_GRANT_LIMIT = 1 << 62  # lineage replays and unstreamed tasks write freely
-YIELD = -1  # a grant that tells a waiting task to stop and give its slot back (it is run again later)
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.protocol.streams import YIELD
+from airflow_streambatch.engine.worker.control_client import call
 
 
 class TaskYielded(Exception):
     """Raised in a task the driver preempted while it waited for memory."""
-
-
-def stream_name(op_index: int, task_key: str, launch_id: int) -> str:
-    """One name per attempt: a retried task is launched again, under a new launch id."""
-    return f"{op_index}-{task_key}-{launch_id}"
 
 
 GRANT_WAIT_S = 1.0  # how long one grant request waits in the driver before the task asks again
@@ -80,7 +74,7 @@ class OutputStream:
         self.waited_s += time.perf_counter() - start
 
     def announce(self, ref: BlockRef) -> None:
-        self._send({"block": asdict(ref)})
+        self._send({"block": ref.to_wire()})
 
     def finish(self, blocks: int) -> None:
         self._send({"done": blocks})

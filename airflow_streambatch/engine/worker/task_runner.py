@@ -5,116 +5,33 @@ Task code catches the user's exceptions and returns them as results instead of
 raising: a Python worker that raises (or leaves its input iterator undrained) is
 killed by Spark, and with it every stateful UDF's loaded model. The traceback
 travels back to the driver, which decides what failed and where.
+
+What a task is and what it returns (`TaskSpec`, `TaskResult`) and the check-in messages are
+contracts the driver shares: they live in `engine/protocol`.
 """
 
 from __future__ import annotations
 
-import base64
 import os
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from pyspark import cloudpickle
 
 from airflow_streambatch.engine.errors import is_disk_full
-from airflow_streambatch.engine.worker.blocks import BlockBuilder, BlockRef, write_block
-from airflow_streambatch.engine.worker.control_client import ControlInfo, call
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.check_ins import CHECK_IN_WAIT_S, CheckInCall, CheckInReply
+from airflow_streambatch.engine.protocol.tasks import OperatorPayload, TaskResult, TaskSpec
+from airflow_streambatch.engine.worker.blocks import BlockBuilder, write_block
+from airflow_streambatch.engine.worker.control_client import call
 from airflow_streambatch.engine.worker.host_agent import ensure_agent, prepare_run_dir
 from airflow_streambatch.engine.worker.row_errors import write_set_aside
-from airflow_streambatch.engine.worker.staging import StagedFile
-from airflow_streambatch.engine.worker.streams import NO_GRANT_LIMIT, OutputStream, TaskYielded
+from airflow_streambatch.engine.worker.streams import OutputStream, TaskYielded
 from airflow_streambatch.engine.worker.transport import BlockLostError, read_any
 from airflow_streambatch.engine.worker.udf import TaskEnv, chain, gpu_env
 
-if TYPE_CHECKING:  # plan nodes arrive pickled; the worker only calls their methods
-    from airflow_streambatch.engine.plan.datasource import ReadTask
-    from airflow_streambatch.engine.plan.logical import Transform
-
-
-@dataclass
-class OperatorPayload:
-    """The part of a task that is the same for every task of one operator.
-
-    ``host_agents``: blocks stay on the host that wrote them and its agent serves them
-    (`host_agent.py`); off in local mode, where every task shares the driver's host.
-    """
-
-    op_index: int
-    name: str
-    transforms: list[Transform]
-    run_dir: str
-    target_block_bytes: int
-    run_id: str = ""
-    control: ControlInfo | None = None
-    host_agents: bool = False
-    location: str = ""  # set on the executor: this host's agent
-    memory_limit: int = 0  # DataContext.memory_limit: a host's block directory must hold it (`block_room.py`)
-
-
-@dataclass
-class TaskSpec:
-    """One task: its stable key, what it reads, and the partitions it descends from.
-
-    ``stream`` names the task's output stream (`worker/streams.py`) when the driver watches
-    it: the task may then write ``granted`` blocks, or blocks of ``allowance`` bytes in
-    all, before it must wait for a grant, and skips the first ``skip_blocks``, which an
-    earlier attempt delivered.
-    """
-
-    task_key: str
-    partitions: tuple[int, ...]
-    inputs: list[BlockRef] = field(default_factory=list)
-    read_task: ReadTask | None = None
-    gpu_ids: tuple[str, ...] = ()
-    stream: str | None = None
-    granted: int = NO_GRANT_LIMIT
-    allowance: int = 0  # bytes it may write without asking (the strict policy's reservation)
-    skip_blocks: int = 0
-    alone: bool = False  # shared a Spark job that failed: runs in a job of its own, to find the task at fault
-    order: tuple[int, ...] = ()  # the place of its output in input order (`BlockRef.order`)
-    pull: tuple[int, int] | None = None  # (launch, Spark partition) it runs in, which checks in for more
-    label: str | None = None  # its input partition's label, where it may set rows aside (`row_errors.py`)
-
-    def for_replay(self) -> TaskSpec:
-        """This task as lineage replays it: synchronously, writing every block, unwatched."""
-        return replace(self, stream=None, granted=NO_GRANT_LIMIT, skip_blocks=0, pull=None)
-
-
-@dataclass
-class TaskResult:
-    task_key: str
-    blocks: list[BlockRef]
-    work_s: float
-    input_bytes: int
-    output_bytes: int
-    error: str | None = None
-    error_traceback: str = ""
-    lost_inputs: list[str] = field(default_factory=list)  # input block ids whose files are gone
-    files: list[StagedFile] = field(default_factory=list)  # what a sink task staged
-    no_space: str | None = None  # the path a write failed on for want of disk space (not the partition's fault)
-    yielded: bool = False  # preempted while waiting for memory, or not started after one was: run it again
-    fetched_bytes: int = 0  # input bytes read from another host
-    exception: bytes | None = None  # the user's exception, pickled (`portable_exception`), for the driver to raise
-    builds: int = 0  # stateful UDF instances (model copies) the task built
-    build_s: float = 0.0  # seconds it spent building them (part of ``work_s``)
-    quarantined: list[StagedFile] = field(default_factory=list)  # the rows it set aside, staged (`row_errors.py`)
-
-    @classmethod
-    def not_run(cls, task_key: str) -> TaskResult:
-        """A task that gave its slot back before it ran (or while it waited for memory): it runs again later."""
-        return cls(task_key, [], 0.0, 0, 0, yielded=True)
-
-    @classmethod
-    def inputs_lost(cls, task_key: str, lost: list[str]) -> TaskResult:
-        """A task whose input blocks are gone: the driver rebuilds them by lineage, then runs it again."""
-        return cls(task_key, [], 0.0, 0, 0, lost_inputs=lost)
-
-
 MAX_EXCEPTION_BYTES = 64 * 1024
-CHECK_IN_WAIT_S = 2.0  # how long a partition's check-in waits for the driver's answer before it ends
 
 
 def portable_exception(exc: BaseException) -> bytes | None:
@@ -146,14 +63,16 @@ def _fetch_inputs(op: OperatorPayload, spec: TaskSpec) -> tuple[list, list[str],
 
 class TaskOutput:
     """Writes one task's blocks. Skips those an earlier attempt delivered, waits for the
-    driver's grant before writing past ``spec.granted``, and announces each block on the
+    driver's grant before writing past its placement's ``granted``, and announces each block on the
     task's stream as soon as it is written, then that the task is done."""
 
     def __init__(self, op: OperatorPayload, spec: TaskSpec):
         self.op = op
         self.spec = spec
         self.blocks: list[BlockRef] = []
-        self.stream = OutputStream(op.control, spec.stream, spec.granted, spec.allowance) if spec.stream else None
+        placed = spec.placement
+        self.stream = (OutputStream(op.control, str(placed.stream), placed.granted, placed.allowance)
+                       if placed.stream is not None else None)
         self.announced = 0
         self.writing: str | None = None  # the block file being written
 
@@ -174,7 +93,7 @@ class TaskOutput:
             order=(*spec.order, index),
         )
         self.blocks.append(ref)
-        if index < spec.skip_blocks:
+        if index < spec.placement.skip_blocks:
             return ref  # an earlier attempt delivered it: regenerated, not written again
         if self.stream is not None:
             self.stream.wait_for(index, table.nbytes)
@@ -188,7 +107,7 @@ class TaskOutput:
 
     def discard_unannounced(self) -> None:
         """The task failed: remove what it wrote that the driver does not know of."""
-        for ref in self.blocks[self.spec.skip_blocks + self.announced:]:
+        for ref in self.blocks[self.spec.placement.skip_blocks + self.announced:]:
             _remove(ref.path)
 
 
@@ -200,7 +119,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
         return TaskResult.inputs_lost(spec.task_key, lost)
     gpu_ids, local = _task_gpus(spec)
     env = TaskEnv(gpu_ids=gpu_ids, task_key=spec.task_key, run_id=op.run_id, partitions=spec.partitions,
-                  control=op.control, input_label=spec.label)
+                  control=op.control, input_label=spec.placement.label)
     gpu_env(env.gpu_ids, local=local)
     output = TaskOutput(op, spec)
     builder = BlockBuilder(op.target_block_bytes, output.emit)
@@ -223,8 +142,7 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
             output.stream.finish(len(output.blocks))
     except TaskYielded:  # the driver needs the slot: what was announced stays delivered
         output.discard_unannounced()
-        return TaskResult(spec.task_key, [], time.perf_counter() - start - output.waited_s, input_bytes, 0,
-                          yielded=True)
+        return TaskResult.preempted(spec.task_key, time.perf_counter() - start - output.waited_s, input_bytes)
     except Exception as exc:  # noqa: BLE001 - user code: report, never crash the worker
         output.discard_unannounced()
         no_space = (output.writing or getattr(exc, "filename", None) or "") if is_disk_full(exc) else None
@@ -250,7 +168,7 @@ def _task_gpus(spec: TaskSpec) -> tuple[tuple[str, ...], bool]:
     tasks asked for (the local property below, `spark/profiles.SPARK_RESOURCES_PROPERTY`).
     There a task takes Spark's addresses or none: an id the driver made up would name a GPU
     of another host, or one that another task holds. In local mode (no mark) Spark cannot
-    schedule by resources, and the driver's scheduler assigned ``spec.gpu_ids``.
+    schedule by resources, and the driver's scheduler assigned the placement's ``gpu_ids``.
     """
     try:
         from pyspark import TaskContext
@@ -260,7 +178,7 @@ def _task_gpus(spec: TaskSpec) -> tuple[tuple[str, ...], bool]:
         ctx = None
     asked = ctx.getLocalProperty("streambatch.sparkResources") if ctx is not None else None
     if asked is None:  # local mode, or outside Spark
-        return spec.gpu_ids, True
+        return spec.placement.gpu_ids, True
     if "gpu" not in asked.split(","):
         return (), False  # a CPU operator holds no GPU, even on an executor that has some
     gpus = ctx.resources().get("gpu")
@@ -294,21 +212,20 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
         prepare_run_dir(op.run_dir, agent["mark"])
         op.location = agent["uri"]
     specs = [cloudpickle.loads(blob) for group in groups for blob in group]
-    pull = specs[0].pull if specs else None
+    pull = specs[0].placement.pull if specs else None
     if pull is None:
         return iter([cloudpickle.dumps(r) for r in _run_group(op, specs)])
     attempt = _attempt()
     results = _run_group(op, specs) if attempt == 0 else []  # Spark reran a lost partition: the driver reruns its tasks
     seq = 0
     while True:
-        body = {"run": op.run_id, "launch": pull[0], "part": pull[1], "attempt": attempt, "seq": seq,
-                "results": [base64.b64encode(cloudpickle.dumps(r)).decode() for r in results]}
-        reply = call(op.control, "check_in", body, wait_s=CHECK_IN_WAIT_S)
+        check_in = CheckInCall(op.run_id, pull[0], pull[1], attempt, seq, [cloudpickle.dumps(r) for r in results])
+        reply = CheckInReply.from_wire(call(op.control, "check_in", check_in.to_wire(), wait_s=CHECK_IN_WAIT_S))
         seq += 1
-        if "op" in reply:  # the slot goes to another operator that asks for the same resources
-            location, op = op.location, cloudpickle.loads(base64.b64decode(reply["op"]))
+        if reply.payload is not None:  # the slot goes to another operator that asks for the same resources
+            location, op = op.location, cloudpickle.loads(reply.payload)
             op.location = location
-        specs = [cloudpickle.loads(base64.b64decode(blob)) for blob in reply.get("specs", [])]
+        specs = [cloudpickle.loads(blob) for blob in reply.specs]
         if not specs:
             return iter([])
         results = _run_group(op, specs)

@@ -16,8 +16,10 @@ import os
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from airflow_streambatch.engine.worker.blocks import BlockRef, read_block
-from airflow_streambatch.engine.worker.control_client import ControlInfo, client
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.worker.blocks import read_block
+from airflow_streambatch.engine.worker.control_client import client
 
 
 class BlockLostError(FileNotFoundError):

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import check_rows, from_udf_output, rebatch, rows_to_table, to_format
-from airflow_streambatch.engine.worker.control_client import ControlInfo
+from airflow_streambatch.engine.protocol.control import ControlInfo
 from airflow_streambatch.engine.worker.instance_lease import Lease, end_task, instance_for
 from airflow_streambatch.engine.worker.row_errors import guarded, set_aside
 

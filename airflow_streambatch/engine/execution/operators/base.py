@@ -18,8 +18,8 @@ from airflow_streambatch.engine.execution.resources import TASK_SLOTS, ResourceP
 from airflow_streambatch.engine.execution.stats import OpStats
 from airflow_streambatch.engine.plan.planner import PhysicalOp
 from airflow_streambatch.engine.spark.group_sizer import GroupSizer
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.task_runner import TaskSpec
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.tasks import TaskSpec
 
 
 class Operator:

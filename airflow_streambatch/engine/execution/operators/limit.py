@@ -4,7 +4,7 @@ driver (no task, no copy), then cuts everything upstream."""
 from __future__ import annotations
 
 from airflow_streambatch.engine.execution.operators.base import Operator
-from airflow_streambatch.engine.worker.blocks import BlockRef
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 
 class LimitOperator(Operator):

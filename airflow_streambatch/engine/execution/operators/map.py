@@ -39,8 +39,8 @@ from collections import deque
 from airflow_streambatch.engine.execution.operators.base import Operator
 from airflow_streambatch.engine.execution.ordering import Order
 from airflow_streambatch.engine.plan.logical import MapBatches, sink_min_rows
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.task_runner import TaskSpec
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.tasks import TaskSpec
 
 # A Spark job's overhead before one was measured: W2 measured 100-150 ms per job of one
 # task on a 2-core machine (docs/design.md, "Task sizing").
@@ -57,7 +57,7 @@ def block_task(inputs: list[BlockRef], order: tuple[int, ...] | None = None) -> 
     takes the place in input order of its first input, unless ``order`` says otherwise."""
     partitions = tuple(sorted({p for ref in inputs for p in ref.partitions}))
     order = order if order is not None else (inputs[0].order if inputs else ())
-    return TaskSpec(task_key=task_key(inputs), partitions=partitions, inputs=inputs, order=order)
+    return TaskSpec(task_key=task_key(inputs), partitions=partitions, inputs=tuple(inputs), order=order)
 
 
 class MapOperator(Operator):

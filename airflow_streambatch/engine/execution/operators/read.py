@@ -12,7 +12,7 @@ from collections import deque
 from airflow_streambatch.engine.output.commit import check_resumable
 from airflow_streambatch.engine.execution.operators.base import Operator
 from airflow_streambatch.engine.execution.ordering import min_order
-from airflow_streambatch.engine.worker.task_runner import TaskSpec
+from airflow_streambatch.engine.protocol.tasks import TaskSpec
 
 
 class ReadOperator(Operator):

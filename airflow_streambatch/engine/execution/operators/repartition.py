@@ -19,8 +19,8 @@ from collections import deque
 from airflow_streambatch.engine.execution.operators.base import Operator
 from airflow_streambatch.engine.execution.ordering import Order, min_order
 from airflow_streambatch.engine.execution.operators.map import block_task
-from airflow_streambatch.engine.worker.blocks import BlockRef
-from airflow_streambatch.engine.worker.task_runner import TaskSpec
+from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.protocol.tasks import TaskSpec
 
 NO_CUT = 1 << 62  # repartition tasks emit exactly one block each
 

@@ -1,6 +1,10 @@
 """The staged side of exactly-once output: where sink tasks put their files, and what
 they report (`output/commit.py` commits them).
 
+A contract, not executor code: sink tasks (`worker/sinks.py`, `worker/row_errors.py`) write
+this layout and report `StagedFile`s in their results; the driver's commit (`engine/output`)
+and partition tracker (`execution/partitions.py`) read the same layout and records.
+
 A task stages ``<path>/_staging/<run id>/p<partition>/part-<task key>.<ext>``; the
 driver later writes the partition's record ``_commit.json`` into that directory and
 renames it into place.

@@ -1,0 +1,138 @@
+"""The scheduler loop on a backend in this process (`inprocess_backend.py`): slots and
+concurrency caps, memory limits, retries, failed partitions, lineage and timeouts, each
+in well under a second. The Spark tests (`test_scheduler.py`, `test_fault_tolerance.py`,
+`test_memory_budget.py`) prove the same on the real thing; these find a broken loop fast."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+import airflow_streambatch.engine as sb
+from airflow_streambatch.engine import DataContext
+from inprocess_backend import run_in_process
+
+MiB = 1 << 20
+_lock = threading.Lock()
+_calls: dict[str, int] = {}
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    _calls.clear()
+    context = DataContext(block_dir=str(tmp_path / "blocks"), progress_interval_s=0)
+    with context.scoped():
+        yield context
+
+
+def _count(name: str, by: int = 1) -> int:
+    with _lock:
+        _calls[name] = _calls.get(name, 0) + by
+        return _calls[name]
+
+
+def _double(batch):
+    return {"id": batch["id"] * 2}
+
+
+def _one_model(batch):  # records how many run at once
+    _calls["most"] = max(_calls.get("most", 0), _count("running"))
+    time.sleep(0.005)
+    _count("running", -1)
+    return batch
+
+
+def test_every_row_arrives_and_a_concurrency_cap_holds(ctx):
+    ds = sb.range(400, override_num_blocks=20).map_batches(_double).map_batches(_one_model, concurrency=1)
+    rows, executor = run_in_process(ds)
+    assert sorted(r["id"] for r in rows) == [2 * i for i in range(400)]
+    assert _calls["most"] == 1
+    tasks = [op.tasks_done for op in executor.stats.ops]
+    assert tasks[0] == 20 and tasks[1] >= 1  # the model's tasks take small blocks together
+    jobs = executor.parts.backend.jobs
+    assert len(jobs) < sum(tasks), f"partitions that check in run more tasks in the same job: {jobs}"
+
+
+def _expand(row):  # a 4 MiB source partition per input row
+    return [{"id": row["id"], "payload": bytes(MiB)} for _ in range(4)]
+
+
+def _shrink(batch):
+    return pa.table({"id": batch["id"]})
+
+
+def test_sixty_four_mib_stream_through_a_ten_mib_limit(ctx):
+    ctx.scheduling_policy = "conservative"  # the policy that promises it (`test_scheduler.py`)
+    ctx.memory_limit = 10 * MiB
+    ctx.target_max_block_size = 2 * MiB
+    ds = sb.range(16, override_num_blocks=16).flat_map(_expand).map_batches(_shrink, num_cpus=0.5,
+                                                                            batch_format="pyarrow")
+    rows, executor = run_in_process(ds)
+    assert len(rows) == 64
+    assert executor.stats.ops[0].bytes_out >= 64 * MiB
+    assert 0 < executor.stats.peak_memory_bytes <= 10 * MiB + 4096
+
+
+def _fails_once_on_seven(batch):
+    if 7 in batch["id"] and _count("seven") == 1:
+        raise ValueError("a flaky model call")
+    return batch
+
+
+def test_a_task_that_raised_is_run_again(ctx):
+    rows, executor = run_in_process(sb.range(40, override_num_blocks=8).map_batches(_fails_once_on_seven))
+    assert sorted(r["id"] for r in rows) == list(range(40))
+    assert _calls["seven"] == 2
+    assert sum(op.tasks_retried for op in executor.stats.ops) == 1
+
+
+def _always_fails_on_seven(batch):
+    if 7 in batch["id"]:
+        raise ValueError("row 7 is bad")
+    return batch
+
+
+def test_a_partition_that_keeps_failing_is_set_apart_within_max_failed_partitions(ctx):
+    ctx.max_failed_partitions = 1
+    ds = sb.range(40, override_num_blocks=8).map_batches(_always_fails_on_seven)
+    rows, executor = run_in_process(ds)
+    assert sorted(r["id"] for r in rows) == [i for i in range(40) if not 5 <= i < 10]
+    (failure,) = executor.stats.failed_partitions
+    assert failure.partition == 1 and "row 7 is bad" in failure.error
+
+
+def test_a_partition_past_max_failed_partitions_fails_the_run_naming_it(ctx):
+    with pytest.raises(Exception, match=r"(?s)partition 1.*row 7 is bad"):
+        run_in_process(sb.range(40, override_num_blocks=8).map_batches(_always_fails_on_seven))
+
+
+def test_a_lost_output_block_is_rebuilt_by_lineage(ctx):
+    lost = []
+
+    def lose_the_first(ref):
+        if not lost:
+            lost.append(ref.block_id)
+            os.remove(ref.path)
+
+    rows, executor = run_in_process(sb.range(40, override_num_blocks=4).map_batches(_double),
+                                    before_read=lose_the_first)
+    assert sorted(r["id"] for r in rows) == [2 * i for i in range(40)]
+    assert lost and executor.parts.backend.replays == 1
+
+
+def _hangs_on_zero(batch):
+    if 0 in batch["id"]:
+        time.sleep(1.0)
+    return batch
+
+
+def test_a_task_past_task_timeout_fails_naming_the_setting(ctx):
+    ctx.group_scheduling = False  # results travel with the job: a cancelled job's partitions deliver none
+    ctx.task_timeout_s = 0.2
+    ctx.max_task_retries = 0
+    with pytest.raises(Exception, match=r"DataContext.task_timeout_s=0.2"):
+        run_in_process(sb.range(8, override_num_blocks=4).map_batches(_hangs_on_zero))
