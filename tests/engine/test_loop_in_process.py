@@ -14,6 +14,7 @@ import pytest
 
 import airflow_streambatch.engine as sb
 from airflow_streambatch.engine import DataContext
+from airflow_streambatch.engine.execution.lineage import base_id
 from inprocess_backend import run_in_process
 
 MiB = 1 << 20
@@ -111,15 +112,18 @@ def test_a_partition_past_max_failed_partitions_fails_the_run_naming_it(ctx):
 
 
 def test_a_lost_output_block_is_rebuilt_by_lineage(ctx):
-    lost = []
+    lost, executors = [], []
 
     def lose_the_first(ref):
         if not lost:
+            deadline = time.monotonic() + 10  # a streamed block's task may still run: lineage knows it once it ended
+            while base_id(ref) not in executors[0].lineage.records and time.monotonic() < deadline:
+                time.sleep(0.005)
             lost.append(ref.block_id)
             os.remove(ref.path)
 
     rows, executor = run_in_process(sb.range(40, override_num_blocks=4).map_batches(_double),
-                                    before_read=lose_the_first)
+                                    before_read=lose_the_first, started=executors.append)
     assert sorted(r["id"] for r in rows) == [2 * i for i in range(40)]
     assert lost and executor.parts.backend.replays == 1
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 
 from airflow_streambatch.engine.execution.memory import BlockLedger, MemoryBudget
+from airflow_streambatch.engine.execution.operators import Operator
 from airflow_streambatch.engine.execution.stats import OpStats
 from airflow_streambatch.engine.protocol.blocks import BlockRef
 
@@ -40,6 +41,8 @@ class LedgerOp:
     largest_block: int = 0
     buffered_output_bytes: int = 0
     stats: OpStats = field(default_factory=lambda: OpStats("op"))
+    output_added = Operator.output_added  # the ledger counts through the operator's own methods
+    output_freed = Operator.output_freed
 
 
 def block_file(tmp_path, name: str) -> str:

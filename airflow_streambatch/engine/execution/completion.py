@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.errors import PartitionFailure, StreamBatchError, partitions_failed
+from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.failures import (
     disk_full_error,
     job_failure_message,
@@ -27,6 +28,7 @@ from airflow_streambatch.engine.execution.lineage import LineageTable
 from airflow_streambatch.engine.execution.memory import MemoryGrants
 from airflow_streambatch.engine.execution.operators import Operator
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
+from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.protocol.tasks import TaskResult, TaskSpec
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
@@ -36,13 +38,14 @@ MAX_INPUT_REBUILDS = 3  # a task whose inputs keep vanishing fails the run
 
 class Completions:
     def __init__(self, ctx: DataContext, flow: BlockFlow, partitions: PartitionTracker, lineage: LineageTable,
-                 launcher: Launcher, grants: MemoryGrants):
+                 launcher: Launcher, grants: MemoryGrants, blocks: BlockAccess):
         self.ctx = ctx
         self.flow = flow
         self.partitions = partitions
         self.lineage = lineage
         self.launcher = launcher
         self.grants = grants
+        self.blocks = blocks
         self._attempts: dict[tuple[int, str], int] = {}  # (operator, task key) -> failed runs
 
     def tasks_ended(self, op: Operator, specs: list[TaskSpec], results: list[TaskResult] | None,
@@ -81,10 +84,10 @@ class Completions:
                              sum(ref.num_rows for ref in spec.inputs))
         op.stats.fetched_bytes += result.fetched_bytes
         op.stats.task_done(result)
-        self.lineage.register(op.name, self.launcher.payloads[op.index], spec.for_replay(), result.blocks)
+        self.lineage.register(op.name, self.launcher.payload(op), spec.for_replay(), result.blocks)
         self.partitions.add_files(spec.partitions, result.files)
         self.partitions.add_quarantined(spec.partitions, result.quarantined)
-        streamed = self.grants.delivered.pop((op.index, spec.task_key), set())
+        streamed = self.grants.take_delivered(op.index, spec.task_key)
         for ref in result.blocks:
             if ref.block_id not in streamed:
                 self.flow.emit(op, ref)
@@ -112,7 +115,7 @@ class Completions:
                                                   load_exception(exception)))
         for ref in spec.inputs:
             self.flow.release(ref)
-        self.grants.delivered.pop(key, None)
+        self.grants.take_delivered(*key)
         for p in spec.partitions:
             self.flow.drop_partition(p)
         self.check_failures()
@@ -122,6 +125,10 @@ class Completions:
         if len(failures) > self.ctx.max_failed_partitions:
             raise partitions_failed(failures, self.ctx.max_failed_partitions)
 
+    def rebuild(self, ref: BlockRef) -> None:
+        """Recreate a lost block by replaying the task that made it (`lineage.py`), each as its own Spark job."""
+        self.lineage.rebuild(ref, self.launcher.run_now, self.flow.holds, self.blocks)
+
     def _recover_inputs(self, op: Operator, spec: TaskSpec, lost: list[str]) -> None:
         """Inputs of ``spec`` vanished: rebuild them by lineage, then run the task again."""
         key = (op.index, f"lost:{spec.task_key}")
@@ -130,6 +137,6 @@ class Completions:
             raise StreamBatchError(f"{op.name}: inputs of task {spec.task_key} keep disappearing: {lost}")
         for ref in spec.inputs:
             if ref.block_id in lost:
-                self.lineage.rebuild(ref, self.launcher.run_now, self.flow.ledger.holds, self.launcher.blocks)
+                self.rebuild(ref)
         op.retry_specs.append(spec)
         op.stats.retried()

@@ -114,7 +114,7 @@ class StreamingExecutor:
         try:
             return self.blocks.read(ref)
         except FileNotFoundError:
-            self.lineage.rebuild(ref, self.parts.launcher.run_now, self.parts.flow.ledger.holds, self.blocks)
+            self.parts.completions.rebuild(ref)
             return self.blocks.read(ref)
 
     def shutdown(self) -> None:
@@ -154,7 +154,7 @@ class StreamingExecutor:
         flow = BlockFlow(operators, BlockLedger(memory, operators, self.blocks), self.partitions, self.outputs,
                          running_orders=launcher.running_orders)
         operators[0].start(flow, self.partitions, self.committer, self.skipped)
-        completions = Completions(ctx, flow, self.partitions, self.lineage, launcher, grants)
+        completions = Completions(ctx, flow, self.partitions, self.lineage, launcher, grants, self.blocks)
         liveness = Liveness(ctx, streams, backend, policy)
         pulls = PullAnswers(launcher, completions, flow, liveness, lambda: next_operator(operators, policy), self._stop)
         return RunParts(operators, memory, policy, backend, grants, launcher, flow, completions, liveness, pulls,

@@ -34,6 +34,10 @@ class BlockFlow:
             self.gates = {index: OrderGate(index) for index in ends}
         self.running_orders = running_orders
 
+    def holds(self, path: str) -> bool:
+        """Whether a block of the run still uses the file at ``path`` (a replay writes it again)."""
+        return self.ledger.holds(path)
+
     def emit(self, op: Operator, ref: BlockRef, owned: bool = True) -> None:
         """A block produced by ``op`` (``owned=False``: it belongs to someone else, never deleted)."""
         if owned:

@@ -110,6 +110,10 @@ class Launcher:
         self.launches[launch_id] = launch
         self.backend.submit(launch_id, op.name, self.payloads[op.index], groups, resources=op.compute.as_dict())
 
+    def payload(self, op: Operator) -> bytes:
+        """The pickled `OperatorPayload` every task of ``op`` runs with (lineage keeps it for replays)."""
+        return self.payloads[op.index]
+
     def running_orders(self, op_index: int) -> list[tuple[int, ...]]:
         """The input-order places of operator ``op_index``'s running tasks (`flow.py`'s order gates wait for them)."""
         return [spec.order for launch in self.launches.values() for spec in launch.running(op_index)]
@@ -178,8 +182,7 @@ class Launcher:
         if self.ctx.task_timeout_s:
             spark_partition.deadline = time.monotonic() + self.ctx.task_timeout_s * len(spark_partition.assigned)
         launch.tasks += 1
-        op.running_tasks += 1
-        op.stats.launched(1)
+        op.tasks_started()
         return cloudpickle.dumps(spec)
 
     def _unassign(self, spark_partition: SparkPartition) -> tuple[Operator, list[TaskSpec]]:
@@ -188,7 +191,7 @@ class Launcher:
         spark_partition.assigned = []
         for spec in specs:
             self.grants.forget(str(spec.placement.stream))
-        op.running_tasks -= len(specs)
+        op.tasks_returned(len(specs))
         if spark_partition.gpu_ids is not None:
             self.pool.release(op.index, op.compute, spark_partition.gpu_ids)
             spark_partition.gpu_ids = None

@@ -64,11 +64,9 @@ class BlockLedger:
         with self._lock:
             self._owner[ref.block_id] = op.index
             self._path_refs[ref.path] = self._path_refs.get(ref.path, 0) + 1
-            op.largest_block = max(op.largest_block, ref.size_bytes)
-            op.buffered_output_bytes += ref.size_bytes
+            op.output_added(ref.size_bytes)
             self.memory.used += ref.size_bytes
             self.memory.peak = max(self.memory.peak, self.memory.used)
-            op.stats.buffered(op.buffered_output_bytes)
 
     def holds(self, path: str) -> bool:
         return path in self._path_refs
@@ -84,7 +82,7 @@ class BlockLedger:
                 self._owner[part.block_id] = owner
             self._path_refs[whole.path] = self._path_refs.get(whole.path, 1) + len(parts) - 1
             freed = whole.size_bytes - sum(part.size_bytes for part in parts)
-            self.operators[owner].buffered_output_bytes -= freed
+            self.operators[owner].output_freed(freed)
             self.memory.used -= freed
 
     def release(self, ref: BlockRef, delete: bool = True) -> None:
@@ -93,7 +91,7 @@ class BlockLedger:
             owner = self._owner.pop(ref.block_id, None)
             if owner is None:
                 return
-            self.operators[owner].buffered_output_bytes -= ref.size_bytes
+            self.operators[owner].output_freed(ref.size_bytes)
             self.memory.used -= ref.size_bytes
             left = self._path_refs.get(ref.path, 1) - 1
             if left > 0:
@@ -123,6 +121,10 @@ class MemoryGrants:
     def streamed(self, op_index: int, task_key: str) -> int:
         """Blocks an earlier attempt of this task delivered (a retry skips them)."""
         return len(self.delivered.get((op_index, task_key), ()))
+
+    def take_delivered(self, op_index: int, task_key: str) -> set[str]:
+        """The ids of the blocks the task's attempts streamed; forgotten here (the task ended)."""
+        return self.delivered.pop((op_index, task_key), set())
 
     def forget(self, stream: str) -> None:
         """The attempt ended: what it reserved and did not write is free again."""

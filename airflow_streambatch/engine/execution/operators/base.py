@@ -46,6 +46,25 @@ class Operator:
         self.largest_block = 0  # bytes of the largest block this operator has written
         self.downstream: list[Operator] = []  # downstream operators that run tasks (set by the executor)
 
+    # -- counters, changed by the launcher and the ledger ---------------------------
+    def tasks_started(self, n: int = 1) -> None:
+        """``n`` of its tasks were handed to a Spark partition."""
+        self.running_tasks += n
+        self.stats.launched(n)
+
+    def tasks_returned(self, n: int) -> None:
+        """``n`` of its tasks ran or were taken back: their slots are free again."""
+        self.running_tasks -= n
+
+    def output_added(self, nbytes: int) -> None:
+        """A block of ``nbytes`` it produced entered the ledger: it counts against memory until released."""
+        self.largest_block = max(self.largest_block, nbytes)
+        self.buffered_output_bytes += nbytes
+        self.stats.buffered(self.buffered_output_bytes)
+
+    def output_freed(self, nbytes: int) -> None:
+        self.buffered_output_bytes -= nbytes
+
     # -- what each kind defines --------------------------------------------------
     def _has_new_work(self) -> bool:
         return False
