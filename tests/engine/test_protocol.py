@@ -10,7 +10,7 @@ import pytest
 
 from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.protocol.check_ins import CheckInCall, CheckInReply
-from airflow_streambatch.engine.protocol.streams import NO_GRANT_LIMIT, StreamId
+from airflow_streambatch.engine.protocol.streams import NO_GRANT_LIMIT, StreamId, StreamRecord
 from airflow_streambatch.engine.protocol.tasks import Placement, TaskResult, TaskSpec
 
 
@@ -46,6 +46,19 @@ def test_a_block_ref_round_trips_through_its_stream_record():
     assert BlockRef.from_wire(json.loads(json.dumps(ref.to_wire()))) == ref
     with pytest.raises(KeyError):
         BlockRef.from_wire({"block_id": "x"})
+
+
+def test_stream_records_keep_their_wire_form_and_refuse_what_is_none_of_them():
+    ref = BlockRef("0:p1:0", "/b/0-p1-0.arrow", 3, 24, ("Op", "p1", 0), (1,))
+    records = [StreamRecord.written(ref.to_wire()), StreamRecord.waiting(2, 1024), StreamRecord.finished(3)]
+    wires = [json.loads(json.dumps(r.to_wire())) for r in records]
+    assert wires[1:] == [{"wait": 2, "bytes": 1024}, {"done": 3}]  # what tasks of the last release sent
+    assert [StreamRecord.from_wire(w).to_wire() for w in wires] == wires
+    assert [StreamRecord.from_wire(w) for w in wires[1:]] == records[1:]
+    assert BlockRef.from_wire(StreamRecord.from_wire(wires[0]).block) == ref
+    assert StreamRecord.from_wire({"wait": 1, "bytes": -5}).nbytes == 0
+    with pytest.raises(ValueError, match="not a stream record"):
+        StreamRecord.from_wire({"blocks": []})
 
 
 def test_a_task_spec_is_placed_not_edited():

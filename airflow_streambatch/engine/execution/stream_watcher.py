@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.protocol.blocks import BlockRef
-from airflow_streambatch.engine.protocol.streams import StreamId
+from airflow_streambatch.engine.protocol.streams import StreamId, StreamRecord
 
 
 class ForgedStreamRecordError(StreamBatchError):
@@ -76,18 +76,26 @@ class StreamWatcher:
         """New blocks announced since the last poll, in each task's order."""
         found = []
         for task in self.tasks.values():
-            for record in self.server.take_records(task.name):
-                if "wait" in record:
-                    task.waiting_for = record["wait"]
-                    task.waiting_bytes = max(0, int(record.get("bytes", 0)))
+            for wire in self.server.take_records(task.name):
+                record = self._record(task, wire)
+                if record.wait is not None:
+                    task.waiting_for, task.waiting_bytes = record.wait, record.nbytes
                     continue
-                if "done" in record:
+                if record.done is not None:
                     task.finished = True
                     continue
-                ref = self._announced_block(task, record["block"])
+                ref = self._announced_block(task, record.block)
                 task.written += ref.size_bytes
                 found.append((task, ref))
         return found
+
+    @staticmethod
+    def _record(task: WatchedTask, wire: dict) -> StreamRecord:
+        try:
+            return StreamRecord.from_wire(wire)
+        except (TypeError, ValueError) as exc:
+            raise ForgedStreamRecordError(f"task {task.task_key} of operator {task.op_index} sent a record that "
+                                          f"is not a stream record ({exc}); the run stops") from None
 
     def _announced_block(self, task: WatchedTask, fields: dict) -> BlockRef:
         """The block a record announces, if it is exactly one the task writes: the file

@@ -38,3 +38,45 @@ class StreamId:
         if not (sep and sep2 and task_key):
             raise ValueError(f"not a task stream name (<op_index>-<task_key>-<launch_id>): {name!r}")
         return cls(int(op_index), task_key, int(launch_id))
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    """One record a task sends on its stream, exactly one of: a block it wrote (``block``, the
+    `BlockRef` wire form, checked by the driver before it is trusted), a wait before writing
+    block ``wait`` of ``nbytes``, or ``done`` after writing that many blocks."""
+
+    block: dict | None = None
+    wait: int | None = None
+    nbytes: int = 0
+    done: int | None = None
+
+    @classmethod
+    def written(cls, ref_wire: dict) -> StreamRecord:
+        return cls(block=ref_wire)
+
+    @classmethod
+    def waiting(cls, index: int, nbytes: int) -> StreamRecord:
+        return cls(wait=index, nbytes=nbytes)
+
+    @classmethod
+    def finished(cls, blocks: int) -> StreamRecord:
+        return cls(done=blocks)
+
+    def to_wire(self) -> dict:
+        if self.wait is not None:
+            return {"wait": self.wait, "bytes": self.nbytes}
+        if self.done is not None:
+            return {"done": self.done}
+        return {"block": self.block}
+
+    @classmethod
+    def from_wire(cls, record: dict) -> StreamRecord:
+        """The record a task sent; ``ValueError`` for one that is none of the three."""
+        if "wait" in record:
+            return cls.waiting(int(record["wait"]), max(0, int(record.get("bytes", 0))))
+        if "done" in record:
+            return cls.finished(int(record["done"]))
+        if isinstance(record.get("block"), dict):
+            return cls.written(record["block"])
+        raise ValueError(f"not a stream record (block, wait or done): {sorted(record)}")

@@ -34,7 +34,7 @@ import time
 
 from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.protocol.control import ControlInfo
-from airflow_streambatch.engine.protocol.streams import YIELD
+from airflow_streambatch.engine.protocol.streams import YIELD, StreamRecord
 from airflow_streambatch.engine.worker.control_client import call
 
 
@@ -66,7 +66,7 @@ class OutputStream:
             return
         self.allowance = 0  # the driver counts what is left of the reservation into the grant
         start = time.perf_counter()
-        self._send({"wait": index, "bytes": nbytes})
+        self._send(StreamRecord.waiting(index, nbytes))
         while index >= self.granted:
             reply = call(self.control, "grant", {"stream": self.name, "index": index, "wait_s": GRANT_WAIT_S},
                          wait_s=GRANT_WAIT_S)
@@ -74,13 +74,13 @@ class OutputStream:
         self.waited_s += time.perf_counter() - start
 
     def announce(self, ref: BlockRef) -> None:
-        self._send({"block": ref.to_wire()})
+        self._send(StreamRecord.written(ref.to_wire()))
 
     def finish(self, blocks: int) -> None:
-        self._send({"done": blocks})
+        self._send(StreamRecord.finished(blocks))
 
-    def _send(self, record: dict) -> None:
-        self._take(call(self.control, "stream", {"stream": self.name, "seq": self.sent, "record": record}))
+    def _send(self, record: StreamRecord) -> None:
+        self._take(call(self.control, "stream", {"stream": self.name, "seq": self.sent, "record": record.to_wire()}))
         self.sent += 1
 
     def _take(self, reply: dict) -> None:
