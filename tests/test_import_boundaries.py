@@ -52,6 +52,15 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.dataset_methods", 6),
     (f"{PACKAGE}.engine.dataset_writes", 6),
     (f"{PACKAGE}.engine.split", 6),
+    (f"{PACKAGE}.engine.path_args", 6),  # Ray's paths (pathlib.Path) and shuffle= checks of reads and writes
+    (f"{PACKAGE}.engine.block", 6),  # Ray's ray.data.block names (BlockMetadata)
+    (f"{PACKAGE}.engine.compute", 6),  # ActorPoolStrategy/TaskPoolStrategy -> concurrency
+    (f"{PACKAGE}.engine.custom_source", 6),  # custom Datasource/ReadTask, read_datasource
+    (f"{PACKAGE}.engine.metadata_providers", 6),
+    (f"{PACKAGE}.engine.transform_args", 6),  # repartition/random_sample argument checks
+    (f"{PACKAGE}.engine.consumption", 6),  # take/take_all/schema/input_files, Ray's consumption semantics
+    (f"{PACKAGE}.engine.iteration", 6),  # drop_last, the local shuffle buffer, iteration argument checks
+    (f"{PACKAGE}.engine.schema", 6),  # Ray's Schema
     (f"{PACKAGE}.epochs", 7),
     (f"{PACKAGE}.hooks", 8),
     (f"{PACKAGE}.operators", 8),

@@ -9,7 +9,9 @@ Importable without Airflow, from a notebook or a ``spark-submit`` script::
     print(ds.stats())
 """
 
+from airflow_streambatch.engine.compute import ActorPoolStrategy, TaskPoolStrategy
 from airflow_streambatch.engine.context import DataContext, ExecutionOptions
+from airflow_streambatch.engine.custom_source import Datasource, ReadTask, read_datasource
 from airflow_streambatch.engine.dataset import DataIterator, Dataset, MaterializedDataset
 from airflow_streambatch.engine.errors import (
     LineageError,
@@ -21,7 +23,9 @@ from airflow_streambatch.engine.errors import (
     UserCodeException,
 )
 from airflow_streambatch.engine.execution.partitions import WriteResult
+from airflow_streambatch.engine.schema import Schema
 from airflow_streambatch.engine.in_memory import from_arrow, from_blocks, from_numpy, from_pandas
+from airflow_streambatch.engine.path_args import FileShuffleConfig
 from airflow_streambatch.engine.read_api import (
     from_items,
     range,
@@ -33,15 +37,22 @@ from airflow_streambatch.engine.read_api import (
 )
 
 __all__ = [
+    "ActorPoolStrategy",
     "DataContext",
+    "Datasource",
+    "ReadTask",
+    "TaskPoolStrategy",
+    "read_datasource",
     "DataIterator",
     "ExecutionOptions",
+    "FileShuffleConfig",
     "Dataset",
     "LineageError",
     "MaterializedDataset",
     "PartialResultWarning",
     "PartitionFailure",
     "PartitionsFailedError",
+    "Schema",
     "StreamBatchError",
     "UserCodeError",
     "UserCodeException",

@@ -14,23 +14,27 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
 from airflow_streambatch.engine.protocol.blocks import BlockRef
+from airflow_streambatch.engine.compute import concurrency_of, udf_threads
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.consumption import DatasetConsumption
 from airflow_streambatch.engine.dataset_methods import DatasetMethods
 from airflow_streambatch.engine.dataset_writes import DatasetWrites
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
+from airflow_streambatch.engine.transform_args import repartition_op
 from airflow_streambatch.engine.split import BatchIteration, DataIterator, SplitCoordinator
 from airflow_streambatch.engine.execution.partitions import warn_if_partial
 from airflow_streambatch.engine.plan.planner import plan
 from airflow_streambatch.engine.plan.row_errors import with_dead_letters
 from airflow_streambatch.engine.worker.row_errors import check_policy
 from airflow_streambatch.engine.execution.stats import RunStats
+from airflow_streambatch.engine.schema import Schema  # noqa: F401 - Ray's ray.data.dataset.Schema
 from airflow_streambatch.engine.plan.logical import (
-    InputBlocks, Limit, MapBatches, MapRows, Repartition, ResourceRequest, describe,
+    InputBlocks, Limit, MapBatches, MapRows, ResourceRequest, describe,
 )
 
 
-class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
+class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetWrites):
     """A lazy pipeline of blocks. Build it with ``read_*``/``from_items``/``range``."""
 
     def __init__(self, logical: list, context: DataContext | None = None):
@@ -55,7 +59,8 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
                     resources: dict[str, float] | None = None, concurrency: int | tuple | None = None,
                     fn_args: tuple = (), fn_kwargs: dict | None = None,
                     fn_constructor_args: tuple = (), fn_constructor_kwargs: dict | None = None,
-                    on_error: str | None = None) -> Dataset:
+                    on_error: str | None = None, compute=None, zero_copy_batch: bool = False,
+                    max_concurrency: int | None = None) -> Dataset:
         """Apply ``fn`` to batches. A class as ``fn`` is built once per worker process and reused.
 
         ``batch_size=None`` gives ``fn`` each input block whole. ``batch_format`` is Ray Data's:
@@ -63,22 +68,29 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
         the `pyarrow.Table` the engine holds, without a conversion. GPU operators default
         to ``num_cpus=0`` so they hold only a GPU slot. ``on_error="quarantine"`` sets aside the rows
         ``fn`` raises on (found by halving the failing batch) beside the write's output, instead of
-        failing the partition (``"fail"``); the default is ``DataContext.on_row_error``.
+        failing the partition (``"fail"``); the default is ``DataContext.on_row_error``. Ray's ``compute=``
+        (``ActorPoolStrategy``/``TaskPoolStrategy``), ``zero_copy_batch`` (False: writable NumPy arrays)
+        and ``max_concurrency`` (a class's calls run at once per task) as `engine/compute.py` maps them.
         """
         name = f"MapBatches({describe(fn)})"
         check_batch_format(batch_format, name)
         check_policy(on_error, name)
+        concurrency = concurrency_of(name, fn, compute, concurrency)
+        if not isinstance(zero_copy_batch, bool):
+            raise TypeError(f"{name}: zero_copy_batch must be True or False, got {zero_copy_batch!r}")
         return self._with(MapBatches(
             name=name, compute=ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency, fn), fn=fn,
-            batch_size=batch_size, batch_format=batch_format, fn_args=tuple(fn_args), fn_kwargs=fn_kwargs or {},
-            fn_constructor_args=tuple(fn_constructor_args), fn_constructor_kwargs=fn_constructor_kwargs or {},
-            on_error=on_error,
+            batch_size=batch_size, batch_format=batch_format, fn_args=tuple(fn_args or ()), fn_kwargs=fn_kwargs or {},
+            fn_constructor_args=tuple(fn_constructor_args or ()), fn_constructor_kwargs=fn_constructor_kwargs or {},
+            on_error=on_error, zero_copy_batch=zero_copy_batch, threads=udf_threads(name, fn, max_concurrency, compute),
         ))
 
     def _rows(self, kind: str, label: str, fn, num_cpus=None, num_gpus=None, resources=None, concurrency=None,
               fn_args=(), fn_kwargs=None, fn_constructor_args=(), fn_constructor_kwargs=None,
-              on_error=None) -> Dataset:
+              on_error=None, compute=None, max_concurrency=None) -> Dataset:
         name = f"{label}({describe(fn)})"
+        concurrency = concurrency_of(name, fn, compute, concurrency)
+        udf_threads(name, fn, max_concurrency, compute)  # checked as Ray checks it; row calls run one at a time
         request = ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency, fn)
         check_policy(on_error, name)
         return self._with(MapRows(name=name, compute=request, fn=fn, kind=kind, fn_args=tuple(fn_args or ()),
@@ -105,28 +117,35 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
         check_positive_int(n, "limit(n): n", allow_zero=True)
         return self._with(Limit(n))
 
-    def repartition(self, num_blocks: int) -> Dataset:
-        """Exactly ``num_blocks`` blocks of near-equal row counts (waits for all input)."""
-        check_positive_int(num_blocks, "repartition(num_blocks): num_blocks")
-        return self._with(Repartition(num_blocks))
+    def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
+                    strict: bool = False, shuffle: bool = False, keys=None, sort: bool = False) -> Dataset:
+        """Exactly ``num_blocks`` blocks of near-equal row counts, or (``target_num_rows_per_block``)
+        blocks of that many rows, the last holding the rest; waits for all input. ``shuffle=True``:
+        each output block takes a slice of every input block. Ray's checks (`transform_args.py`)."""
+        return self._with(repartition_op(num_blocks, target_num_rows_per_block, strict=strict, shuffle=shuffle,
+                                         keys=keys, sort=sort))
 
     # -- execution ----------------------------------------------------------------
-    def _start(self, on_commit=None, write_mode: str | None = "append", target=None) -> StreamingExecutor:
+    def _start(self, on_commit=None, write_mode: str | None = "append", target=None,
+               ordered: bool = False) -> StreamingExecutor:
         ctx = self.context
+        if ordered and not ctx.execution_options.preserve_order:  # consumers that keep input order
+            ctx = ctx.copy(execution_options={"preserve_order": True})
         logical = with_dead_letters(list(self._logical), ctx.on_row_error)
         executor = StreamingExecutor(plan(logical, ctx.enable_operator_fusion), ctx, write_mode, target)
         executor.partitions.on_commit = on_commit
         return executor.start()
 
     def _iter_refs(self, delete: bool = True, on_commit=None, write_mode: str | None = "append",
-                   target=None) -> Iterator[tuple[StreamingExecutor, BlockRef]]:
+                   target=None, ordered: bool = False) -> Iterator[tuple[StreamingExecutor, BlockRef]]:
         """Run the plan and yield output block references as they are produced.
 
         The caller reads each block before asking for the next; it is released then.
         A run that finishes with failed input partitions (``max_failed_partitions``)
-        warns with `PartialResultWarning`: its result lacks their rows.
+        warns with `PartialResultWarning`: its result lacks their rows. ``ordered``: in input
+        order, as with ``preserve_order`` (`consumption.py`).
         """
-        executor = self._start(on_commit, write_mode, target)
+        executor = self._start(on_commit, write_mode, target, ordered)
         finished = False
         try:
             while True:
@@ -153,9 +172,12 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
         for _, ref in self._iter_refs():
             yield ref
 
-    def _iter_tables(self) -> Iterator[pa.Table]:
-        for executor, ref in self._iter_refs():
-            yield executor.read_output(ref)
+    def _iter_tables(self, ordered: bool = False) -> Iterator[pa.Table]:
+        for executor, ref in self._iter_refs(ordered=ordered):
+            table = executor.read_output(ref)
+            if self._known_schema is None and table.num_columns:
+                self._known_schema = table.schema  # schema(fetch_if_missing=False) knows it now
+            yield table
 
     def iter_split(self, n: int, *, equal: bool = False) -> list[DataIterator]:
         """``n`` iterators sharing one execution per epoch (Ray Data's ``streaming_split``): blocks go to
@@ -165,28 +187,18 @@ class Dataset(BatchIteration, DatasetMethods, DatasetWrites):
         coordinator = SplitCoordinator(self, n, equal)
         return [DataIterator(coordinator, i) for i in range(n)]
 
-    def take(self, limit: int = 20) -> list[dict]:
-        return list(self.limit(limit).iter_rows())
-
-    def take_all(self) -> list[dict]:
-        return list(self.iter_rows())
-
     def count(self) -> int:
         """Rows in the dataset, counted from block metadata (no data is read)."""
         return sum(ref.num_rows for ref in self.iter_internal_ref_bundles())
 
-    def schema(self) -> pa.Schema | None:
-        """The schema of the first output block (runs the pipeline until one exists)."""
-        for executor, ref in self.limit(1)._iter_refs():
-            return executor.read_output(ref).schema
-        return None
-
     def materialize(self) -> MaterializedDataset:
         """Run the plan and keep its output blocks; the result reads them without recomputing."""
-        refs = [ref for _, ref in self._iter_refs(delete=False)]
+        refs = sorted((ref for _, ref in self._iter_refs(delete=False)), key=lambda ref: ref.order)  # input order
         executor = self._last_executor
+        source = self._logical[0].source if isinstance(self._logical[0], InputBlocks) else self._logical[0]
         # the whole run's lineage: a lost block may need its ancestors rebuilt too
-        return MaterializedDataset(refs, executor.cleanup, executor.lineage.records, self._last_stats, self._context)
+        return MaterializedDataset(refs, executor.cleanup, executor.lineage.records, self._last_stats, self._context,
+                                   source)
 
     def stats(self) -> str:
         """Per-operator statistics of the last execution of this dataset."""
@@ -213,10 +225,14 @@ class MaterializedDataset(Dataset):
     on it (``materialize().limit(7)``) can read them any more."""
 
     def __init__(self, refs: list[BlockRef], cleanup: Callable[[], None] | None, lineage: dict,
-                 stats: RunStats | None, context=None):
-        super().__init__([InputBlocks(tuple(refs), lineage, _BlockOwner(cleanup))], context)
+                 stats: RunStats | None, context=None, source=None):
+        super().__init__([InputBlocks(tuple(refs), lineage, _BlockOwner(cleanup), source)], context)
         self._refs = refs
         self._last_stats = stats
+
+    def materialize(self) -> MaterializedDataset:
+        """Itself: its blocks exist already (as in Ray Data)."""
+        return self
 
     def num_blocks(self) -> int:
         return len(self._refs)

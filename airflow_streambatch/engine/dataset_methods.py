@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, from_udf_output, to_format
+from airflow_streambatch.engine.transform_args import check_sample
 
 _ARROW = {"batch_size": None, "batch_format": "pyarrow"}  # whole blocks as the engine holds them
 
@@ -49,9 +50,9 @@ class DatasetMethods:
         return self.map_batches(partial(_add_column, col=col, fn=fn, batch_format=batch_format), **_ARROW)
 
     def random_sample(self, fraction: float, *, seed: int | None = None):
-        """Each row kept with probability ``fraction``; with ``seed``, the same rows on every run."""
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"random_sample: fraction must be between 0 and 1, got {fraction!r}")
+        """Each row kept with probability ``fraction``; with ``seed``, the same rows on every run.
+        Ray's checks: ``ValueError`` for a fraction outside [0, 1] or a source known to be empty."""
+        check_sample(self._logical, fraction)
         return self.map_batches(partial(_sample, fraction=fraction, seed=seed), **_ARROW)
 
     # -- aggregates -----------------------------------------------------------------
@@ -97,7 +98,8 @@ class DatasetMethods:
     # -- consumers --------------------------------------------------------------------
     def take_batch(self, batch_size: int = 20, *, batch_format: str | None = DEFAULT_BATCH_FORMAT):
         """Up to ``batch_size`` rows as one batch; ValueError for a dataset without rows."""
-        tables = list(self.limit(batch_size)._iter_tables())
+        head = self.limit(batch_size)
+        tables = head._gathered(head._keeps_input_order())  # the first rows (`consumption.py`)
         if not any(t.num_rows for t in tables):
             raise ValueError("take_batch: the dataset has no rows")
         return to_format(pa.concat_tables(tables, promote_options="default"), batch_format)
@@ -108,7 +110,7 @@ class DatasetMethods:
             print(row)
 
     def columns(self, fetch_if_missing: bool = True) -> list[str] | None:
-        schema = self.schema() if fetch_if_missing else None
+        schema = self.schema(fetch_if_missing=fetch_if_missing)
         return None if schema is None else schema.names
 
     def num_blocks(self) -> int:
@@ -121,7 +123,7 @@ class DatasetMethods:
 
     def to_arrow(self) -> pa.Table:
         """Every row in the driver, as one `pyarrow.Table` (Ray's ``to_arrow_refs`` has no meaning here)."""
-        tables = list(self._iter_tables())
+        tables = self._gathered(False)  # in input order (`consumption.py`)
         if not tables:
             return pa.table({})
         return pa.concat_tables(tables, promote_options="default")
@@ -129,22 +131,27 @@ class DatasetMethods:
     def to_pandas(self, limit: int | None = None):
         """Every row in the driver as a DataFrame; ValueError if there are more than ``limit``."""
         table = self.to_arrow() if limit is None else pa.concat_tables(
-            list(self.limit(limit + 1)._iter_tables()) or [pa.table({})], promote_options="default")
+            self.limit(limit + 1)._gathered(False) or [pa.table({})], promote_options="default")
         if limit is not None and table.num_rows > limit:
             raise ValueError(f"to_pandas(limit={limit}): the dataset has more than {limit} rows")
         return table.to_pandas()
 
-    def iter_torch_batches(self, *, batch_size: int | None = 256, dtypes=None, device: str = "auto",
-                           collate_fn: Callable | None = None) -> Iterator:
+    def iter_torch_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256, dtypes=None,
+                           device: str = "auto", collate_fn: Callable | None = None, drop_last: bool = False,
+                           local_shuffle_buffer_size: int | None = None,
+                           local_shuffle_seed: int | None = None) -> Iterator:
         """Batches as dicts of `torch.Tensor` (torch must be installed); ``device="auto"`` is CUDA
-        when available. ``collate_fn`` takes the NumPy batch instead and returns what to yield."""
+        when available. ``collate_fn`` takes the NumPy batch instead and returns what to yield.
+        The other arguments are ``iter_batches``'s."""
         try:
             import torch
         except ImportError:
             raise ImportError("iter_torch_batches needs PyTorch: pip install torch") from None
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        for batch in self.iter_batches(batch_size=batch_size, batch_format="numpy"):
+        for batch in self.iter_batches(batch_size=batch_size, batch_format="numpy", prefetch_batches=prefetch_batches,
+                                       drop_last=drop_last, local_shuffle_buffer_size=local_shuffle_buffer_size,
+                                       local_shuffle_seed=local_shuffle_seed):
             if collate_fn is not None:
                 yield collate_fn(batch)
                 continue

@@ -9,11 +9,13 @@ every input partition into every output block, so the barrier relabels its outpu
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from airflow_streambatch.engine.execution.partitions import WriteResult
 from airflow_streambatch.engine.filesystems import check_disjoint
+from airflow_streambatch.engine.path_args import comparable_uri, normalize_path
 from airflow_streambatch.engine.output.commit import CommitRecord
 from airflow_streambatch.engine.output.tables import TableTarget
 from airflow_streambatch.engine.output.target import WRITE_MODES, OutputTarget
@@ -21,7 +23,7 @@ from airflow_streambatch.engine.plan.logical import Read, Repartition, ResourceR
 from airflow_streambatch.engine.worker.sinks import SinkOptions
 
 OnCommit = Callable[[CommitRecord], None] | None
-Path = str | OutputTarget
+Path = str | os.PathLike | OutputTarget
 
 
 class DatasetWrites:
@@ -30,7 +32,7 @@ class DatasetWrites:
     def write_parquet(self, path: Path, *, mode: str | None = None, on_commit: OnCommit = None,
                       min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
                       num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
-                      **arrow_parquet_args) -> WriteResult:
+                      filesystem=None, **arrow_parquet_args) -> WriteResult:
         """Parquet files under ``path/p<partition>/``, each partition committed at once.
 
         ``path`` is a path or URI (``s3://``, ``gs://``, ``abfs://``: `docs/reliability.md`
@@ -54,16 +56,18 @@ class DatasetWrites:
         ``**arrow_parquet_args`` go to ``pyarrow.parquet.ParquetWriter`` (``compression``,
         ``compression_level``, ``use_dictionary``, ...), except ``row_group_size``, which
         goes to each ``write_table``. ``arrow_open_stream_args`` takes ``buffer_size``.
+        ``path`` may be a ``pathlib.Path``; ``filesystem`` (a `pyarrow.fs.FileSystem`, as Ray takes
+        it) is the filesystem ``path`` is in, for the files, the lease and the commit alike.
         """
         options = SinkOptions.make("parquet", min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file,
                                    num_rows_per_file=num_rows_per_file, arrow_open_stream_args=arrow_open_stream_args,
-                                   format_args=arrow_parquet_args)
+                                   format_args=arrow_parquet_args, filesystem=filesystem)
         return self._write(path, "parquet", mode, on_commit, options)
 
     def write_json(self, path: Path, *, mode: str | None = None, on_commit: OnCommit = None,
                    min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
                    num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
-                   **pandas_json_args) -> WriteResult:
+                   filesystem=None, **pandas_json_args) -> WriteResult:
         """JSON Lines files (``.jsonl``), committed per partition like `write_parquet`, with its
         ``mode``, ``on_commit`` and rows-per-file arguments.
 
@@ -74,13 +78,13 @@ class DatasetWrites:
         """
         options = SinkOptions.make("json", min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file,
                                    num_rows_per_file=num_rows_per_file, arrow_open_stream_args=arrow_open_stream_args,
-                                   format_args=pandas_json_args)
+                                   format_args=pandas_json_args, filesystem=filesystem)
         return self._write(path, "json", mode, on_commit, options)
 
     def write_csv(self, path: Path, *, mode: str | None = None, on_commit: OnCommit = None,
                   min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
                   num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
-                  **arrow_csv_args) -> WriteResult:
+                  filesystem=None, **arrow_csv_args) -> WriteResult:
         """CSV files with a header, committed per partition like `write_parquet`, with its
         ``mode``, ``on_commit`` and rows-per-file arguments.
 
@@ -90,7 +94,7 @@ class DatasetWrites:
         """
         options = SinkOptions.make("csv", min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file,
                                    num_rows_per_file=num_rows_per_file, arrow_open_stream_args=arrow_open_stream_args,
-                                   format_args=arrow_csv_args)
+                                   format_args=arrow_csv_args, filesystem=filesystem)
         return self._write(path, "csv", mode, on_commit, options)
 
     def write_delta(self, path: str, *, mode: str = "append", idempotence_key: str | None = None,
@@ -147,11 +151,18 @@ class DatasetWrites:
                 "partitions an earlier run committed, but each block of a repartition holds rows of every input "
                 "partition, so no committed block can be matched to its input; use mode='overwrite' to write it again"
             )
-        uri = path.path if isinstance(path, (OutputTarget, TableTarget)) else str(path)
+        where = f"write_{options.table or file_format}"
+        if isinstance(path, (OutputTarget, TableTarget)) and options.filesystem is not None:
+            raise ValueError(f"{where}: filesystem= goes with a path; an OutputTarget already has its filesystem "
+                             "(OutputTarget.open(path, filesystem=...))")
+        uri = path.path if isinstance(path, (OutputTarget, TableTarget)) else normalize_path(path, where)
         source = self._logical[0]
         if isinstance(source, Read):
-            check_disjoint(source.datasource.paths, uri, f"write_{options.table or file_format}")
-        target = path if isinstance(path, (OutputTarget, TableTarget)) else OutputTarget.open(uri)
+            check_disjoint(source.datasource.paths, comparable_uri(uri, options.filesystem), where)
+        target = path if isinstance(path, (OutputTarget, TableTarget)) else OutputTarget.open(
+            uri, filesystem=options.filesystem)
+        if isinstance(target, OutputTarget):
+            options.filesystem = target.filesystem  # the sink tasks write where the target commits
         try:
             existing = target.prepare(mode)
             if existing is not None:  # mode="ignore" and the path holds output

@@ -1,8 +1,33 @@
-"""Ray Data's ``ray.data.datasource`` names that the ``read_*`` functions take: ``Partitioning``
-and ``PathPartitionFilter``."""
+"""Ray Data's ``ray.data.datasource`` names: ``Partitioning`` and ``PathPartitionFilter`` (arguments of
+the ``read_*`` functions), the custom-source interface (``Datasource``, ``ReadTask``, ``Reader``;
+read one with ``read_datasource``) and the file metadata providers (accepted as hints)."""
 
 from __future__ import annotations
 
+from airflow_streambatch.engine.block import BlockMetadata
+from airflow_streambatch.engine.custom_source import Datasource, Reader, ReadTask, read_datasource
+from airflow_streambatch.engine.metadata_providers import (
+    BaseFileMetadataProvider,
+    DefaultFileMetadataProvider,
+    DefaultParquetMetadataProvider,
+    FastFileMetadataProvider,
+    FileMetadataProvider,
+    ParquetMetadataProvider,
+)
 from airflow_streambatch.engine.read_options import PathPartitionFilter, Partitioning
 
-__all__ = ["Partitioning", "PathPartitionFilter"]
+__all__ = [
+    "BaseFileMetadataProvider",
+    "BlockMetadata",
+    "Datasource",
+    "DefaultFileMetadataProvider",
+    "DefaultParquetMetadataProvider",
+    "FastFileMetadataProvider",
+    "FileMetadataProvider",
+    "ParquetMetadataProvider",
+    "Partitioning",
+    "PathPartitionFilter",
+    "ReadTask",
+    "Reader",
+    "read_datasource",
+]

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.metadata_providers import check_meta_provider
 from airflow_streambatch.engine.plan.datasource import (
     READ_BATCH_ROWS,
     Datasource,
@@ -40,12 +41,16 @@ from airflow_streambatch.engine.read_formats import (
     schema_drift,
 )
 from airflow_streambatch.engine.parquet_ranges import read_row_groups, row_groups_in
+from airflow_streambatch.engine.path_args import FileOrder, check_shuffle, normalize_path, normalize_paths
 from airflow_streambatch.engine.read_pruning import bind_filter, check_columns, check_filter, prune_source
 from airflow_streambatch.engine.read_options import HIVE, TEXT_DEFAULTS, FileOptions, file_options
 
 
-def _check_blocks(override_num_blocks, where: str) -> None:
+def _check_blocks(override_num_blocks, where: str, meta_provider=None) -> None:
+    """``override_num_blocks``, and Ray's ``meta_provider`` (a hint, accepted and not consulted:
+    `metadata_providers.py`)."""
     check_positive_int(override_num_blocks, f"{where}: override_num_blocks", allow_none=True)
+    check_meta_provider(meta_provider, where)
 
 
 def _file_source(source: Datasource, paths) -> Datasource:
@@ -53,9 +58,17 @@ def _file_source(source: Datasource, paths) -> Datasource:
     return dataclasses.replace(source, paths=(paths,) if isinstance(paths, str) else tuple(paths))
 
 
-def _files(name: str, paths, reader, opts: FileOptions, override_num_blocks) -> Dataset:
-    source = file_datasource(name, paths, (), reader, listing=opts.listing())
-    return Dataset([Read(_file_source(source, paths), override_num_blocks)])
+def _files(name: str, paths, reader, opts: FileOptions, override_num_blocks, shuffle=None) -> Dataset:
+    if shuffle is None:
+        source = file_datasource(name, paths, (), reader, listing=opts.listing())
+        return Dataset([Read(_file_source(source, paths), override_num_blocks)])
+    order = FileOrder(check_shuffle(shuffle, opts.where))
+
+    def plan(slots: int, override: int | None, target_bytes: int):  # listed, then ordered anew each execution
+        files = order([path for path, _ in expand_paths(paths, **opts.listing())])
+        return file_datasource(name, files, (), reader, listing=opts.listing()).plan(slots, override, target_bytes)
+
+    return Dataset([Read(_file_source(Datasource(name, plan), paths), override_num_blocks)])
 
 
 def _open(path: str):
@@ -65,7 +78,8 @@ def _open(path: str):
 
 def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, filter=None,  # noqa: A002 - Ray's name
                  partitioning=HIVE, include_paths: bool = False, file_extensions: list[str] | None = None,
-                 partition_filter=None, override_num_blocks: int | None = None) -> Dataset:
+                 partition_filter=None, shuffle=None, override_num_blocks: int | None = None,
+                 meta_provider=None) -> Dataset:
     """Parquet files (a file, a directory, or a list); split by row groups when files are few.
 
     Every file must have the schema of the first one (checked as it is read): a file
@@ -75,15 +89,17 @@ def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, fi
     ``columns`` and ``filter`` (a `pyarrow.compute.Expression` or pyarrow's DNF list, as
     Ray passes it on) go into pyarrow's Parquet scan: other columns are not decoded and
     row groups whose statistics exclude the filter are skipped (`read_pruning`).
+    ``shuffle``: ``"files"`` or a `FileShuffleConfig` orders the files anew on each execution.
     """
-    _check_blocks(override_num_blocks, "read_parquet")
+    _check_blocks(override_num_blocks, "read_parquet", meta_provider)
+    paths, order = normalize_paths(paths, "read_parquet"), FileOrder(check_shuffle(shuffle, "read_parquet"))
     opts = file_options("read_parquet", filesystem=filesystem, partitioning=partitioning,
                         include_paths=include_paths, file_extensions=file_extensions, partition_filter=partition_filter)
     columns, row_filter = check_columns(columns, "read_parquet"), check_filter(filter, "read_parquet")
     suffixes = (".parquet", ".parq")
 
     def plan(slots: int, override: int | None, target_bytes: int):
-        listed = [path for path, _ in expand_paths(paths, suffixes, **opts.listing())]
+        listed = order([path for path, _ in expand_paths(paths, suffixes, **opts.listing())])
         reader = _parquet_reader(listed, columns, opts, row_filter)
         return file_datasource("Parquet", listed, suffixes, reader, row_groups_in(opts),
                                listing=opts.listing()).plan(slots, override, target_bytes)
@@ -107,6 +123,8 @@ def read_fragments(fragments: list[Fragment], input_format: str = "parquet", *, 
     the other formats applied to what each read task parses, in the task.
     """
     fragments = list(fragments)
+    if fragments and all(isinstance(f, Fragment) for f in fragments):
+        fragments = [dataclasses.replace(f, path=normalize_path(f.path, "read_fragments")) for f in fragments]
     if not fragments or not all(isinstance(f, Fragment) for f in fragments):
         raise ValueError("read_fragments: fragments must be a non-empty list of "
                          "airflow_streambatch.engine.plan.datasource.Fragment")
@@ -164,9 +182,10 @@ def _first_readable(files: list[str], schema_of, kind: str, opener=_open) -> tup
 
 def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = None, partitioning=HIVE,
              include_paths: bool = False, ignore_missing_paths: bool = False,
-             file_extensions: list[str] | None = None, override_num_blocks: int | None = None, partition_filter=None,
+             file_extensions: list[str] | None = None, override_num_blocks: int | None = None,
+             meta_provider=None, partition_filter=None,
              parse_options: pacsv.ParseOptions | None = None, read_options: pacsv.ReadOptions | None = None,
-             convert_options: pacsv.ConvertOptions | None = None) -> Dataset:
+             convert_options: pacsv.ConvertOptions | None = None, shuffle=None) -> Dataset:
     """CSV files with a header row; types are inferred by Arrow, or set with ``convert_options``.
 
     ``parse_options``, ``read_options`` and ``convert_options`` are pyarrow's, as Ray's
@@ -176,14 +195,15 @@ def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = No
     error naming both files, the column and both types. A column that is empty in a
     file (type null) takes the first file's type.
     """
-    _check_blocks(override_num_blocks, "read_csv")
+    _check_blocks(override_num_blocks, "read_csv", meta_provider)
+    paths, order = normalize_paths(paths, "read_csv"), FileOrder(check_shuffle(shuffle, "read_csv"))
     opts = file_options("read_csv", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
                         arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
     csv_args = check_csv_args(parse_options, read_options, convert_options)
 
     def plan(slots: int, override: int | None, target_bytes: int):
-        files = [path for path, _ in expand_paths(paths, **opts.listing())]
+        files = order([path for path, _ in expand_paths(paths, **opts.listing())])
         source = file_datasource("CSV", files, (), _csv_reader(files, csv_args, opts), listing=opts.listing())
         return source.plan(slots, override, target_bytes)
 
@@ -242,20 +262,23 @@ def _csv_batches(stream):
 
 def read_json(paths, *, lines: bool = False, filesystem=None, arrow_open_stream_args: dict | None = None,
               partitioning=HIVE, include_paths: bool = False, ignore_missing_paths: bool = False,
-              file_extensions: list[str] | None = None, override_num_blocks: int | None = None, partition_filter=None,
-              **arrow_json_args) -> Dataset:
+              file_extensions: list[str] | None = None, override_num_blocks: int | None = None,
+              meta_provider=None, partition_filter=None,
+              shuffle=None, **arrow_json_args) -> Dataset:
     """JSON files: by default (``lines=False``) a file of JSON Lines (one object per line), a JSON
     array of objects, or one object (one row), as Ray reads them; ``lines=True``: every
     line is one object (a row), and a file that is not JSON Lines fails naming it.
     ``arrow_json_args``: ``read_options`` (`pyarrow.json.ReadOptions`) and ``parse_options``
     (`pyarrow.json.ParseOptions`, e.g. ``explicit_schema``), as Ray passes them to Arrow."""
-    _check_blocks(override_num_blocks, "read_json")
+    _check_blocks(override_num_blocks, "read_json", meta_provider)
+    paths = normalize_paths(paths, "read_json")
     if not isinstance(lines, bool):
         raise TypeError(f"read_json: lines must be True or False, got {lines!r}")
     opts = file_options("read_json", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
                         arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
-    return _files("JSON", paths, _json_reader(lines, opts, check_json_args(arrow_json_args)), opts, override_num_blocks)
+    return _files("JSON", paths, _json_reader(lines, opts, check_json_args(arrow_json_args)), opts, override_num_blocks,
+                  shuffle)
 
 
 def _json_reader(lines: bool, opts: FileOptions, json_args: dict | None = None):
@@ -276,15 +299,17 @@ def _json_reader(lines: bool, opts: FileOptions, json_args: dict | None = None):
 def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = True, filesystem=None,
               arrow_open_stream_args: dict | None = None, partitioning=None, include_paths: bool = False,
               ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
-              partition_filter=None, override_num_blocks: int | None = None) -> Dataset:
+              partition_filter=None, override_num_blocks: int | None = None,
+              meta_provider=None, shuffle=None) -> Dataset:
     """One row per line, in a ``text`` column, as Ray Data reads text: lines are cut at ``\n`` only
     (a ``\r`` before it stays), and lines that are empty or blank are dropped unless
     ``drop_empty_lines=False``, which keeps them, and the empty line after a final ``\n``."""
-    _check_blocks(override_num_blocks, "read_text")
+    _check_blocks(override_num_blocks, "read_text", meta_provider)
+    paths = normalize_paths(paths, "read_text")
     opts = file_options("read_text", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
                         arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
-    return _files("Text", paths, _text_reader(encoding, drop_empty_lines, opts), opts, override_num_blocks)
+    return _files("Text", paths, _text_reader(encoding, drop_empty_lines, opts), opts, override_num_blocks, shuffle)
 
 
 def _text_reader(encoding: str, drop_empty_lines: bool, opts: FileOptions = TEXT_DEFAULTS):
@@ -314,15 +339,17 @@ def _text_reader(encoding: str, drop_empty_lines: bool, opts: FileOptions = TEXT
 def read_binary_files(paths, *, include_paths: bool = True, filesystem=None,
                       arrow_open_stream_args: dict | None = None, partitioning=None,
                       ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
-                      partition_filter=None, override_num_blocks: int | None = None) -> Dataset:
+                      partition_filter=None, override_num_blocks: int | None = None,
+                      meta_provider=None, shuffle=None) -> Dataset:
     """One row per file: its ``bytes`` (decompressed when its name ends in a codec's suffix, as
     Ray opens every file) and, by default here (Ray's default is False), its ``path``."""
-    _check_blocks(override_num_blocks, "read_binary_files")
+    _check_blocks(override_num_blocks, "read_binary_files", meta_provider)
+    paths = normalize_paths(paths, "read_binary_files")
     opts = file_options("read_binary_files", filesystem=filesystem, partitioning=partitioning,
                         include_paths=include_paths, ignore_missing_paths=ignore_missing_paths,
                         file_extensions=file_extensions, arrow_open_stream_args=arrow_open_stream_args,
                         partition_filter=partition_filter)
-    return _files("BinaryFiles", paths, _binary_reader(opts), opts, override_num_blocks)
+    return _files("BinaryFiles", paths, _binary_reader(opts), opts, override_num_blocks, shuffle)
 
 
 def _binary_reader(opts: FileOptions):

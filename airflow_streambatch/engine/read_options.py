@@ -12,6 +12,7 @@ filesystems do).
 
 from __future__ import annotations
 
+import io
 import posixpath
 import urllib.parse
 from dataclasses import dataclass, field
@@ -153,9 +154,9 @@ class FileOptions:
         """A handle on the file's decompressed bytes."""
         fs, inner = resolve_in(path, self.filesystem)
         codec = self.codec(path)
-        if codec == "snappy":  # not an Arrow stream codec: Hadoop's block framing, as Ray reads it
+        if codec == "snappy":  # not an Arrow stream codec: decoded whole, in memory, as Ray does
             with fs.open_input_stream(inner) as raw:
-                return pa.BufferReader(hadoop_snappy(raw.read()))
+                return pa.BufferReader(snappy_file(raw.read(), path))
         return fs.open_input_stream(inner, compression=codec, buffer_size=self.buffer_size)
 
     def check_splittable(self, path: str) -> None:
@@ -196,6 +197,28 @@ class FileOptions:
                 kind = _PARTITION_TYPES[types.get(name, str)]
                 found.append((pa.field(name, kind), pa.scalar(value, kind)))
         return found
+
+
+SNAPPY_FRAMED = b"\xff\x06\x00\x00sNaPpY"  # the stream identifier chunk of Snappy's framing format
+
+
+def snappy_file(data: bytes, path: str) -> bytes:
+    """A ``.snappy`` file's bytes, in either framing Ray reads: Snappy's framing format (what
+    ``python-snappy``'s ``stream_compress`` writes; Ray reads it with python-snappy, as here)
+    or, without its stream identifier, Hadoop's block framing (Ray's framing on HDFS)."""
+    if not data.startswith(SNAPPY_FRAMED):
+        return hadoop_snappy(data)
+    try:
+        import snappy
+    except ImportError as exc:
+        raise ImportError(f"{path} is in Snappy's framing format, which is read with python-snappy, as Ray "
+                          "reads it: pip install python-snappy") from exc
+    out = io.BytesIO()
+    try:
+        snappy.stream_decompress(src=io.BytesIO(data), dst=out)
+    except Exception as exc:  # python-snappy's errors are its own types (UncompressError, ...)
+        raise ValueError(f"{path}: corrupt Snappy framing-format stream: {exc}") from exc
+    return out.getvalue()
 
 
 def hadoop_snappy(data: bytes) -> bytes:

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.errors import check_positive_int
-from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format, rebatch, to_format
+from airflow_streambatch.engine.iteration import batches, check_iteration_args
+from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format, to_format
 
 _END = object()
 
@@ -140,18 +140,35 @@ class BatchIteration:
     def _iter_tables(self) -> Iterator[pa.Table]:
         raise NotImplementedError
 
-    def iter_batches(self, *, batch_size: int | None = 256,
-                     batch_format: str | None = DEFAULT_BATCH_FORMAT) -> Iterator:
+    def _tables_to_iterate(self, seeded: bool) -> Iterator[pa.Table]:
+        """The tables ``iter_*`` reads; a `Dataset` keeps input order where it can (`consumption.py`)."""
+        return self._iter_tables()
+
+    def iter_batches(self, *, prefetch_batches: int = 1, batch_size: int | None = 256,
+                     batch_format: str | None = DEFAULT_BATCH_FORMAT, drop_last: bool = False,
+                     local_shuffle_buffer_size: int | None = None, local_shuffle_seed: int | None = None,
+                     prefetch_blocks: int = 0) -> Iterator:
         """Batches of ``batch_size`` rows (``None``: one per block) in ``batch_format`` (as in Ray Data:
         ``"default"``/``"numpy"`` a dict of NumPy arrays, ``"pandas"``, ``"pyarrow"``; ``None`` the
-        blocks' own `pyarrow.Table`)."""
+        blocks' own `pyarrow.Table`). ``drop_last``, ``local_shuffle_buffer_size`` and
+        ``local_shuffle_seed`` as in Ray Data (`iteration.py`); the prefetch arguments are checked,
+        and the executor already runs ahead of the consumer."""
         check_batch_format(batch_format, "iter_batches")
-        check_positive_int(batch_size, "iter_batches: batch_size", allow_none=True)
-        for batch in rebatch(self._iter_tables(), batch_size):
+        check_iteration_args("iter_batches", batch_size=batch_size, drop_last=drop_last,
+                             local_shuffle_buffer_size=local_shuffle_buffer_size,
+                             local_shuffle_seed=local_shuffle_seed, prefetch_batches=prefetch_batches,
+                             prefetch_blocks=prefetch_blocks)
+        tables = self._tables_to_iterate(local_shuffle_buffer_size is not None and local_shuffle_seed is not None)
+        for batch in batches(tables, batch_size, drop_last=drop_last,
+                             local_shuffle_buffer_size=local_shuffle_buffer_size,
+                             local_shuffle_seed=local_shuffle_seed):
             yield to_format(batch, batch_format)
 
-    def iter_rows(self) -> Iterator[dict]:
-        for table in self._iter_tables():
+    def iter_rows(self, *, prefetch_batches: int = 1, prefetch_blocks: int = 0) -> Iterator[dict]:
+        """Each row as a dict; the prefetch arguments as for ``iter_batches``."""
+        check_iteration_args("iter_rows", batch_size=None, prefetch_batches=prefetch_batches,
+                             prefetch_blocks=prefetch_blocks)
+        for table in self._tables_to_iterate(False):
             yield from table.to_pylist()
 
 

@@ -98,8 +98,8 @@ def test_unknown_pyarrow_writer_arguments_are_type_errors(ctx, tmp_path):
     with pytest.raises(TypeError, match=r"unsupported argument\(s\) \['delimiter'\]; .* write_options"):
         rd.range(10).write_csv(str(tmp_path / "b"), delimiter=";")
     # Ray's own arguments this engine does not take are named, never handed to pyarrow to ignore
-    with pytest.raises(TypeError, match=r"Ray Data's \['filesystem'\] not supported"):
-        rd.range(10).write_parquet(str(tmp_path / "c"), filesystem=None)
+    with pytest.raises(TypeError, match=r"Ray Data's \['partition_cols'\] not supported"):
+        rd.range(10).write_parquet(str(tmp_path / "c"), partition_cols=["id"])
 
 
 def test_arrow_parquet_args_reach_the_parquet_writer(ctx, tmp_path):

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.filesystems import resolve_in
 from airflow_streambatch.engine.output import lease as write_lease
 from airflow_streambatch.engine.output.protocols import CommittedElsewhere, CopyCommit, protocol_for
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
@@ -144,14 +144,16 @@ class PartitionCommitter:
         a write's id for appends (directories ``p<partition>-<tag>``).
     :param lease: the path's write lease, held by the caller (`target.OutputTarget`);
         None for a committer that only reads what is committed, or wipes it.
+    :param filesystem: the `pyarrow.fs.FileSystem` the path is in (Ray Data's ``filesystem=``),
+        None for the one the path's scheme names.
     """
 
     def __init__(self, path: str, run_id: str, tag: str | None = None,
-                 lease: write_lease.WriteLease | None = None):
+                 lease: write_lease.WriteLease | None = None, filesystem: pafs.FileSystem | None = None):
         self.path = path.rstrip("/")
         self.run_id = run_id
         self.tag = tag
-        self.fs, root = resolve(self.path)
+        self.fs, root = resolve_in(self.path, filesystem)
         self.root = root.rstrip("/")
         self.protocol = protocol_for(self.fs)
         self.schemas = SchemaGuard(self.path)

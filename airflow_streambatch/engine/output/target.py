@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from airflow_streambatch.engine.context import DataContext
-from airflow_streambatch.engine.filesystems import resolve
+from airflow_streambatch.engine.filesystems import resolve_in
 from airflow_streambatch.engine.output import lease as write_lease
 from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter
 
@@ -27,27 +27,30 @@ WRITE_MODES = ("append", "resume", "overwrite", "error", "ignore")
 class OutputTarget:
     """An output path whose write lease this process holds, until `close`."""
 
-    def __init__(self, path: str, lease: write_lease.WriteLease):
+    def __init__(self, path: str, lease: write_lease.WriteLease, filesystem=None):
         self.path = path.rstrip("/")
-        self.fs, root = resolve(self.path)
+        self.filesystem = filesystem  # Ray Data's filesystem= (None: the path's scheme says)
+        self.fs, root = resolve_in(self.path, filesystem)
         self.root = root.rstrip("/")
         self.lease = lease
 
     @classmethod
-    def open(cls, path: str, *, timeout_s: float | None = None, ttl_s: float | None = None) -> OutputTarget:
+    def open(cls, path: str, *, timeout_s: float | None = None, ttl_s: float | None = None,
+             filesystem=None) -> OutputTarget:
         """Take ``path``'s write lease, waiting up to ``timeout_s`` (default
         ``DataContext.write_lease_timeout_s``) for another writer, then raising
-        `WriteLeaseHeldError` naming it."""
+        `WriteLeaseHeldError` naming it. ``filesystem``: a `pyarrow.fs.FileSystem` the path
+        is in (Ray Data's ``filesystem=``), instead of the one its scheme names."""
         ctx = DataContext.get_current()
-        fs, root = resolve(path.rstrip("/"))
+        fs, root = resolve_in(path.rstrip("/"), filesystem)
         lease = write_lease.acquire(fs, root, "preparing", ctx.write_lease_timeout_s if timeout_s is None
                                     else timeout_s, ctx.write_lease_ttl_s if ttl_s is None else ttl_s)
-        return cls(path, lease)
+        return cls(path, lease, filesystem)
 
     def committer(self, run_id: str, mode: str | None = "resume") -> PartitionCommitter:
         """A committer for one engine run, committing under this target's lease. An append
         beside earlier writes names its partition directories with the run id."""
-        committer = PartitionCommitter(self.path, run_id, None, self.lease)
+        committer = PartitionCommitter(self.path, run_id, None, self.lease, self.filesystem)
         if mode in ("append", None) and committer.scan():
             committer.tag = run_id
         return committer
@@ -62,7 +65,7 @@ class OutputTarget:
         the path did not finish: then it refuses and names ``"resume"`` and ``"append"``,
         so that rerunning a failed write never adds a silent second copy.
         """
-        inspect = PartitionCommitter(self.path, run_id="inspect", lease=self.lease)
+        inspect = PartitionCommitter(self.path, run_id="inspect", lease=self.lease, filesystem=self.filesystem)
         if mode is None:
             _refuse_unfinished(self.path, inspect)
             return None

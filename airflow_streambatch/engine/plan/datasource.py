@@ -59,6 +59,7 @@ class ReadTask:
     estimated_bytes: int
     read: Callable[[], Iterator[pa.Table]]
     identity: str = ""
+    files: tuple[str, ...] = ()  # the files it reads (``Dataset.input_files``)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Datasource:
     name: str
     plan: Callable[[int, int | None, int], list[ReadTask]]  # (slots, override_num_blocks, target bytes)
     paths: tuple[str, ...] = ()  # the input paths of a file source (a write must not land inside them)
+    num_rows: int | None = None  # rows known before reading (range, from_items): random_sample refuses 0
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,8 @@ def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callabl
         for group in group_fragments(fragments, count):
             label = group[0].path if len(group) == 1 else f"{group[0].path} (+{len(group) - 1} more)"
             identity = fingerprint([f.identity for f in group])
-            tasks.append(ReadTask(label, sum(f.size for f in group), _read_group(tuple(group), reader), identity))
+            tasks.append(ReadTask(label, sum(f.size for f in group), _read_group(tuple(group), reader), identity,
+                                  tuple(dict.fromkeys(f.path for f in group))))
         return tasks
 
     return Datasource(name, plan, tuple([paths] if isinstance(paths, str) else paths))
@@ -229,7 +232,7 @@ def fragments_datasource(name: str, fragments: list[Fragment],
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
         return [ReadTask(fragment_label(f), f.size, _read_group((f,), reader),
-                         fingerprint([f.identity]))
+                         fingerprint([f.identity]), (f.path,))
                 for f in fragments]
 
     return Datasource(name, plan, tuple(dict.fromkeys(f.path for f in fragments)))
@@ -279,7 +282,7 @@ def items_datasource(items: list) -> Datasource:
             for lo, hi in zip(bounds, bounds[1:])
         ]
 
-    return Datasource("FromItems", plan)
+    return Datasource("FromItems", plan, num_rows=len(rows))
 
 
 def _const_read(rows: list[dict]) -> Callable[[], Iterator[pa.Table]]:
@@ -297,7 +300,7 @@ def range_datasource(n: int) -> Datasource:
         return [ReadTask(f"range[{lo}:{hi}]", 8 * (hi - lo), _range_read(lo, hi), f"range[{lo}:{hi}]")
                 for lo, hi in zip(bounds, bounds[1:])]
 
-    return Datasource("Range", plan)
+    return Datasource("Range", plan, num_rows=n)
 
 
 def _range_read(lo: int, hi: int) -> Callable[[], Iterator[pa.Table]]:

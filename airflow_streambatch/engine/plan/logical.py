@@ -98,6 +98,8 @@ class MapBatches(Transform):
     fn_kwargs: dict = field(default_factory=dict)
     fn_constructor_args: tuple = ()
     fn_constructor_kwargs: dict = field(default_factory=dict)
+    zero_copy_batch: bool = False  # Ray's: False hands fn writable NumPy arrays (a copy where Arrow's are read-only)
+    threads: int = 1  # a class's calls run at once per task (Ray's max_concurrency, `engine/compute.py`)
 
     def __post_init__(self):
         check_batch_format(self.batch_format, self.name)
@@ -175,6 +177,7 @@ class InputBlocks:
     blocks: tuple[BlockRef, ...]
     lineage: dict = field(default_factory=dict, hash=False, compare=False)
     owner: object = field(default=None, hash=False, compare=False, repr=False)
+    source: object = field(default=None, hash=False, compare=False, repr=False)  # the Read they came from
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,13 @@ class Limit:
 
 @dataclass(frozen=True)
 class Repartition:
-    num_blocks: int
+    """``num_blocks`` near-equal blocks; or, with ``rows_per_block``, blocks of exactly that many rows
+    but the last; ``shuffle``: each output block takes a slice of every input block, as Ray's
+    ``repartition(shuffle=True)`` cuts them."""
+
+    num_blocks: int | None
+    rows_per_block: int | None = None
+    shuffle: bool = False
 
 
 

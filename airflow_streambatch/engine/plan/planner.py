@@ -75,7 +75,9 @@ class LimitOp(PhysicalOp):
 class RepartitionOp(PhysicalOp):
     """A barrier, then one task per output block that re-cuts the input's rows."""
 
-    num_blocks: int = 1
+    num_blocks: int | None = 1
+    rows_per_block: int | None = None  # instead of num_blocks: blocks of this many rows (the last fewer)
+    shuffle: bool = False  # each output block takes a slice of every input block
 
 
 def _source(op: Read | InputBlocks) -> PhysicalOp:
@@ -102,7 +104,9 @@ def plan(logical: list[LogicalOp], fuse: bool = True) -> list[PhysicalOp]:
             else:
                 ops.append(LimitOp(f"Limit[{op.n}]", limit=op.n))
         elif isinstance(op, Repartition):
-            ops.append(RepartitionOp(f"Repartition[{op.num_blocks}]", num_blocks=op.num_blocks))
+            label = op.num_blocks if op.rows_per_block is None else f"num_rows_per_block={op.rows_per_block}"
+            ops.append(RepartitionOp(f"Repartition[{label}]", num_blocks=op.num_blocks,
+                                     rows_per_block=op.rows_per_block, shuffle=op.shuffle))
         else:  # pragma: no cover - the Dataset API builds only the kinds above
             raise TypeError(f"unknown logical operator {op!r}")
     for op, name in zip(ops, unique_names([o.name for o in ops])):

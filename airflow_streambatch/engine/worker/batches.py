@@ -93,7 +93,8 @@ def check_rows(rows: list[dict], operator: str, keys=None) -> None:
         if not isinstance(row, dict):
             raise TypeError(f"{operator} must return dict rows, got {type(row).__name__}")
         if row.keys() != keys:
-            raise ValueError(
+            raise ValueError(  # the first sentence is Ray Data's, which pipelines and tests match on
+                "Current row has different columns compared to previous rows. "
                 f"{operator} returned rows with different keys: {sorted(keys, key=str)} and {sorted(row, key=str)}. "
                 "Every row must have the same keys (put None where a row has no value): otherwise the missing "
                 "columns would be filled with nulls and the extra ones dropped"

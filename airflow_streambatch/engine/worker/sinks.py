@@ -28,7 +28,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.errors import check_positive_int, is_disk_full
-from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_STREAM_ARGS, object_store_scheme, resolve
+from airflow_streambatch.engine.filesystems import (
+    COMPRESSION_SUFFIXES,
+    OPEN_STREAM_ARGS,
+    object_store_scheme,
+    resolve_in,
+)
 from airflow_streambatch.engine.protocol.staging import StagedFile, schema_columns, staging_dir
 
 FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
@@ -37,7 +42,7 @@ CODEC_EXTENSIONS = {codec: suffix[1:] for suffix, codec in COMPRESSION_SUFFIXES.
 JSON_DEFAULTS = {"orient": "records", "lines": True}  # Ray's pandas to_json defaults: JSON Lines
 # Ray Data's own write arguments that this engine does not take: refused by name, never passed on to
 # pyarrow (ParquetWriter would take ``filesystem`` and ignore it for a stream)
-RAY_ONLY_ARGS = ("partition_cols", "filesystem", "try_create_dir", "filename_provider", "arrow_parquet_args_fn",
+RAY_ONLY_ARGS = ("partition_cols", "try_create_dir", "filename_provider", "arrow_parquet_args_fn",
                  "arrow_csv_args_fn", "pandas_json_args_fn", "ray_remote_args", "concurrency")
 
 
@@ -51,6 +56,8 @@ class SinkOptions:
     :param format_args: keyword arguments of the pyarrow writer (``pq.ParquetWriter`` and
         ``row_group_size`` for Parquet, ``write_options`` for CSV); none for JSON.
     :param open_stream_args: ``compression`` and ``buffer_size`` of each file's output stream.
+    :param filesystem: Ray Data's ``filesystem=``: the `pyarrow.fs.FileSystem` the output path is
+        in (None: from the path's scheme); it travels to the sink tasks (pyarrow filesystems pickle).
     """
 
     min_rows_per_file: int | None = None
@@ -58,11 +65,16 @@ class SinkOptions:
     format_args: dict = field(default_factory=dict)
     open_stream_args: dict = field(default_factory=dict)
     table: str = ""  # "delta" or "iceberg" when the files are a table's (named in messages)
+    filesystem: pafs.FileSystem | None = None
 
     @classmethod
     def make(cls, file_format: str, *, min_rows_per_file=None, max_rows_per_file=None, num_rows_per_file=None,
-             arrow_open_stream_args=None, format_args: dict | None = None) -> SinkOptions:
+             arrow_open_stream_args=None, format_args: dict | None = None, filesystem=None) -> SinkOptions:
         where = f"write_{file_format}"
+        if filesystem is not None and not isinstance(filesystem, pafs.FileSystem):
+            raise TypeError(f"{where}: filesystem must be a pyarrow.fs.FileSystem, got {type(filesystem).__name__} "
+                            "(Ray also wraps fsspec filesystems; here a commit needs pyarrow's own rename or "
+                            "object-store semantics, so wrap it yourself only if its rename is atomic)")
         ray_only = sorted(set(format_args or {}) & set(RAY_ONLY_ARGS))
         if ray_only:
             raise TypeError(f"{where}: Ray Data's {ray_only} not supported by this engine "
@@ -74,7 +86,8 @@ class SinkOptions:
                              f"{max_rows_per_file}; lower min_rows_per_file or raise max_rows_per_file")
         stream = _check_open_stream_args(where, file_format, arrow_open_stream_args)
         checks = {"parquet": _check_parquet_args, "csv": _check_csv_args, "json": _check_json_args}
-        return cls(min_rows, max_rows_per_file, checks[file_format](dict(format_args or {})), stream)
+        return cls(min_rows, max_rows_per_file, checks[file_format](dict(format_args or {})), stream,
+                   filesystem=filesystem)
 
     def extension(self, file_format: str) -> str:
         """``csv``, or ``csv.gz`` with gzip: the readers infer the codec from the name."""
@@ -251,7 +264,7 @@ def write_task_output(tables: Iterator[pa.Table], path: str, file_format: str, e
     """
     options = options or SinkOptions()
     (partition,) = env.partitions
-    fs, root = resolve(path.rstrip("/"))
+    fs, root = resolve_in(path.rstrip("/"), options.filesystem)
     if staged:
         root = staging_dir(root, env.run_id, partition)  # staging does not depend on the write's tag
     on_store = object_store_scheme(fs) is not None

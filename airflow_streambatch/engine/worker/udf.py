@@ -24,10 +24,13 @@ import inspect
 import os
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import check_rows, from_udf_output, rebatch, rows_to_table, to_format
@@ -89,18 +92,45 @@ def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator
     fn = _udf(transform, env)
 
     def call(batch: pa.Table) -> Iterator[pa.Table]:
-        out = fn(to_format(batch, transform.batch_format), *transform.fn_args, **transform.fn_kwargs)
+        out = fn(_udf_batch(batch, transform), *transform.fn_args, **transform.fn_kwargs)
         if not inspect.isgenerator(out):
             yield from_udf_output(out, transform.name)
             return
         for item in out:
             yield from_udf_output(item, transform.name)
 
+    if transform.threads > 1 and transform.dead_letter is None:
+        yield from _concurrently(lambda b: list(call(b)), rebatch(tables, transform.batch_size), transform.threads)
+        return
     for batch in rebatch(tables, transform.batch_size):
         if transform.dead_letter is None:
             yield from call(batch)
         else:  # each output whole before any goes on: a failing call's partial output is made again by halves
             yield from guarded(lambda b: list(call(b)), batch, transform, env)
+
+
+def _udf_batch(batch: pa.Table, transform):
+    """The batch ``fn`` gets: with Ray's default ``zero_copy_batch=False`` its NumPy arrays are
+    writable (copied where Arrow's memory is read-only), so ``batch["x"] += 1`` works as in Ray."""
+    data = to_format(batch, transform.batch_format)
+    if transform.zero_copy_batch or not isinstance(data, dict):
+        return data
+    return {name: np.require(values, requirements="W") if isinstance(values, np.ndarray) else values
+            for name, values in data.items()}
+
+
+def _concurrently(call: Callable[[pa.Table], list], batches: Iterator[pa.Table], threads: int
+                  ) -> Iterator[pa.Table]:
+    """``call`` on up to ``threads`` batches at once (Ray's ``max_concurrency``: threads per actor,
+    sharing its instance); outputs in input order, and at most ``threads`` batches in flight."""
+    with ThreadPoolExecutor(threads, thread_name_prefix="udf") as pool:
+        pending: deque = deque()
+        for batch in batches:
+            pending.append(pool.submit(call, batch))
+            if len(pending) >= threads:
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
 
 
 def _row_udf(transform, env: TaskEnv) -> Callable[[dict], Any]:

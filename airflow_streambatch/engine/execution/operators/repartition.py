@@ -14,6 +14,7 @@ commits each output block once, as a partition of its own.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from airflow_streambatch.engine.execution.operators.base import Operator
@@ -76,10 +77,7 @@ class RepartitionOperator(Operator):
             if self.ctx.execution_options.preserve_order:
                 self.barrier_blocks.sort(key=lambda ref: ref.order)
             self.inputs.clear()
-            total = sum(ref.num_rows for ref in self.barrier_blocks)
-            n = self.physical.num_blocks
-            bounds = [round(i * total / n) for i in range(n + 1)]
-            sliced, self._sliced_from = _slice_rows(self.barrier_blocks, bounds)
+            n, sliced, self._sliced_from = cut(self.barrier_blocks, self.physical)
             groups = [(j, g) for j, g in enumerate(sliced) if g]
             for whole in self._sliced_from.values():
                 self._readers[whole.block_id] = self._readers.get(whole.block_id, 0) + 1
@@ -102,6 +100,35 @@ class RepartitionOperator(Operator):
                 del self._readers[whole.block_id]
                 self.barrier_blocks.remove(whole)
                 flow.release(whole)
+
+
+def cut(blocks: list[BlockRef], physical) -> tuple[int, list[list[BlockRef]], dict[str, BlockRef]]:
+    """The number of output blocks, the slices each is made of, and the block each slice is cut from.
+
+    ``num_blocks``: near-equal row ranges of the whole input (Ray's ``shuffle=False``).
+    ``shuffle``: every input block is cut into ``num_blocks`` slices of ``ceil(rows / num_blocks)``
+    rows and output block ``j`` joins the ``j``-th slice of each, as Ray's shuffling repartition
+    splits its map outputs (so a few output blocks may be empty). ``rows_per_block``: blocks of
+    exactly that many rows, the last holding the rest (Ray's ``target_num_rows_per_block``).
+    """
+    total = sum(ref.num_rows for ref in blocks)
+    if physical.rows_per_block is not None:
+        n = max(1, math.ceil(total / physical.rows_per_block))
+        return n, *_slice_rows(blocks, [min(total, i * physical.rows_per_block) for i in range(n + 1)])
+    n = physical.num_blocks
+    if not physical.shuffle:
+        return n, *_slice_rows(blocks, [round(i * total / n) for i in range(n + 1)])
+    groups: list[list[BlockRef]] = [[] for _ in range(n)]
+    sliced_from: dict[str, BlockRef] = {}
+    for ref in blocks:
+        size = max(1, math.ceil(ref.num_rows / n))
+        for j in range(n):
+            start = j * size
+            if start < ref.num_rows:
+                piece = ref.slice(start, min(size, ref.num_rows - start))
+                groups[j].append(piece)
+                sliced_from[piece.block_id] = ref
+    return n, groups, sliced_from
 
 
 def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> tuple[list[list[BlockRef]], dict[str, BlockRef]]:
