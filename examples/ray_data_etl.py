@@ -90,8 +90,7 @@ def main(out: str) -> dict:
                      batch_size=256)
         .materialize()
     )
-    first = scored.take(3)
-    assert [row["step"] for row in first] == [1, 2, 3], first  # input order, as Ray's take gives it
+    print(scored.take(3))
     peek = scored.random_sample(0.1, seed=7).to_pandas()
 
     anomalies = scored.filter(lambda row: row["anomaly"])
