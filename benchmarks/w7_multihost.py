@@ -125,7 +125,7 @@ def pipeline_driver(spec: dict) -> None:
             settings["block_dir"] = spec["shared_blocks"]
         ctx = engine_context(**settings)
         ds = (
-            sb.read_parquet(spec["input"], override_num_blocks=cfg.tasks)
+            sb.read_parquet(spec["input"])
             .flat_map(partial(load, cfg=w1))
             .map(partial(transform, cfg=w1))
             .map_batches(partial(gpu_inference, cfg=w1, locks=spec["locks"]), batch_size=w1.batch_rows, num_gpus=1,

@@ -1,5 +1,5 @@
-"""With the defaults a user has, every slot gets work (issue 28): reads are cut into two
-tasks per slot where the input has the pieces, and a block that would keep a slow
+"""With the defaults a user has, every slot gets work (issue 28): a read is a task per file
+(up to 200), a file alone is cut into two tasks per slot where it has the pieces, and a block that would keep a slow
 consumer's other copies idle is cut into one piece per idle slot."""
 
 from __future__ import annotations
@@ -37,10 +37,20 @@ class Model:
         return batch.append_column("copy", pa.array([self.copy] * batch.num_rows))
 
 
-def test_a_small_input_is_read_by_two_tasks_per_slot(ctx, tmp_path):
-    """16 files of a few hundred bytes: 2 tasks per slot, not one task for the whole (1 MiB) floor."""
+def test_whole_files_are_read_by_a_task_each_up_to_200(ctx, tmp_path):
+    """16 files of a few hundred bytes: a task each (as Ray Data's 200-block floor gives), not two
+    per slot (W7's 48 files of loads were 12 tasks of four) nor one for the whole (1 MiB) floor."""
     ds = sb.read_parquet(_files(tmp_path / "in", 16, 10))
     assert sorted(r["id"] for r in ds.take_all()) == list(range(160))
+    assert _read_tasks(ds) == 16
+
+
+def test_a_small_file_is_cut_into_two_tasks_per_slot(ctx, tmp_path):
+    """One file of many row groups is cut at row groups into two tasks per slot, not 200."""
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"id": list(range(400))}), str(path), row_group_size=10)
+    ds = sb.read_parquet(str(path))
+    assert sorted(r["id"] for r in ds.take_all()) == list(range(400))
     assert _read_tasks(ds) == 2 * SPARK_SLOTS
 
 

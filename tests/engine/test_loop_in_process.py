@@ -84,6 +84,17 @@ def _fails_once_on_seven(batch):
     return batch
 
 
+def test_first_tasks_of_a_source_share_one_job_on_the_adaptive_policy(ctx):
+    """Under the default policy a source's first tasks (sizes unknown) start together, one Spark
+    partition per slot in one job; grants bound what they write. (Each ran alone in a job of its
+    own: the demo's 4 tasks took 4 jobs on 2 slots.) The conservative policy still probes alone."""
+    for policy, first_launch in (("adaptive", 2), ("conservative", 1)):
+        ctx.scheduling_policy = policy
+        rows, executor = run_in_process(sb.range(4, override_num_blocks=4).map_batches(_one_model))
+        assert sorted(r["id"] for r in rows) == [0, 1, 2, 3]
+        assert executor.parts.launcher.launch_log[0] == (0, first_launch, first_launch), policy
+
+
 def test_a_task_that_raised_is_run_again(ctx):
     rows, executor = run_in_process(sb.range(40, override_num_blocks=8).map_batches(_fails_once_on_seven))
     assert sorted(r["id"] for r in rows) == list(range(40))

@@ -153,7 +153,7 @@ class Launcher:
             taken.append((op.next_task(), reserved))
             self.memory.reserved += reserved
             self.policy.on_launch(op, reserved)
-            if alone or op.probing:
+            if alone or (op.probing and self.policy.probe_alone):
                 break  # a probe runs alone until its size is known; so does a suspect of a failed job
         return taken
 

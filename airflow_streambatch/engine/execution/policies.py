@@ -45,6 +45,8 @@ class SchedulingPolicy(Protocol):
     # True: a running task writes past its reservation only with a grant of the block's
     # size, never on the strength of the inputs it frees when it ends (they are still held)
     strict: bool
+    # True: an operator's first task runs alone, its output size unknown, until it ends
+    probe_alone: bool
 
     def replenish(self, ops: list[OpView], elapsed_s: float) -> None:
         """Time passed: refill whatever budget limits the sources."""
@@ -69,6 +71,9 @@ class AdaptivePolicy:
     memory: MemoryBudget
     budget: float = field(init=False)
     strict = False  # a task may write as much as its input beside its reservation: it frees that at its end
+    # Grants bound what unknown tasks write: probes alone put each first task of a source in a
+    # Spark job of its own (the demo's 4 tasks took 4 jobs on 2 slots)
+    probe_alone = False
 
     def __post_init__(self):
         self.budget = float(self.memory.limit)
@@ -130,6 +135,7 @@ class ConservativePolicy:
     # Never above the limit: a task's input is held until it ends, so writing as much
     # beside its reservation carried W8 #16 76 KiB past its limit.
     strict = True
+    probe_alone = True
 
     def replenish(self, ops, elapsed_s: float) -> None:
         return None

@@ -168,7 +168,7 @@ def partition_count(total_bytes: int, pieces: int, slots: int, override: int | N
     and the next is ready when one ends, as Ray Data reads at least two blocks per CPU) and
     enough that none is over ``target_bytes``; never more than ``pieces``. (A floor of 1 MiB
     per task made 1 MB of sentences one task, and a model with two copies ran on one:
-    issue 28.) ``at_least``: a source's own floor (`WORK_ITEM_BLOCKS`)."""
+    issue 28.) ``at_least``: a source's own floor (`MIN_READ_TASKS`)."""
     count = override or max(2 * slots, at_least, math.ceil(total_bytes / target_bytes))
     return max(1, min(pieces, count))
 
@@ -203,10 +203,12 @@ def file_datasource(name: str, paths, suffixes: tuple[str, ...], reader: Callabl
         fragments = [Fragment(f.path, f.size, mtime_ns=f.mtime_ns) for f in files]
         total = sum(f.size for f in files)
         wanted = partition_count(total, 1 << 30, slots, override, target_bytes)
-        if split_fragments is not None and len(fragments) < wanted:
+        split = split_fragments is not None and len(fragments) < wanted
+        if split:
             fragments = [replace(piece, mtime_ns=f.mtime_ns)
                          for f in files for piece in split_fragments(f.path, f.size)]
-        count = partition_count(total, len(fragments), slots, override, target_bytes)
+        count = partition_count(total, len(fragments), slots, override, target_bytes,
+                                at_least=0 if split else MIN_READ_TASKS)
         tasks = []
         for group in group_fragments(fragments, count):
             label = group[0].path if len(group) == 1 else f"{group[0].path} (+{len(group) - 1} more)"
@@ -262,12 +264,13 @@ def _read_group(group: tuple[Fragment, ...], reader) -> Callable[[], Iterator[pa
     return read
 
 
-# Blocks of ``range`` and ``from_items`` (up to one row each), as Ray Data 2's 200: their rows
-# are often units of work (a task id, a URL, a prompt) far costlier than their bytes, and a
-# task per few rows costs a few milliseconds (`execution/check_ins.py`); cheap rows are
-# merged back by task sizing (`operators/map.py`). Two per slot made W1's 48 one-second
-# loads 8 tasks of six: 1.20-1.33x its optimum against 1.12-1.17x with 48 (issue 28).
-WORK_ITEM_BLOCKS = 200
+# Read tasks at least (Ray Data's ``read_op_min_num_blocks``, 200), as many as there are rows of
+# ``range`` and ``from_items`` or whole files: rows are often units of work (a task id, a URL,
+# a prompt) far costlier than their bytes, and so is a file of them; a task per few rows costs
+# a few milliseconds (`execution/check_ins.py`) and cheap blocks are merged back by task sizing
+# (`operators/map.py`). Two per slot made W1's 48 one-second loads 8 tasks of six (1.20-1.33x
+# its optimum against 1.12-1.17x with 48), and W7's 48 files of them 12 (issue 28).
+MIN_READ_TASKS = 200
 
 
 def items_datasource(items: list) -> Datasource:
@@ -275,7 +278,7 @@ def items_datasource(items: list) -> Datasource:
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
         count = partition_count(64 * len(rows), len(rows), slots, override, target_bytes,
-                                at_least=WORK_ITEM_BLOCKS)
+                                at_least=MIN_READ_TASKS)
         bounds = [round(i * len(rows) / count) for i in range(count + 1)]
         return [
             ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi]), fingerprint(rows[lo:hi]))
@@ -295,7 +298,7 @@ def _const_read(rows: list[dict]) -> Callable[[], Iterator[pa.Table]]:
 def range_datasource(n: int) -> Datasource:
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
         count = partition_count(8 * n, n, slots, override, target_bytes,
-                                at_least=WORK_ITEM_BLOCKS)
+                                at_least=MIN_READ_TASKS)
         bounds = [round(i * n / count) for i in range(count + 1)]
         return [ReadTask(f"range[{lo}:{hi}]", 8 * (hi - lo), _range_read(lo, hi), f"range[{lo}:{hi}]")
                 for lo, hi in zip(bounds, bounds[1:])]
