@@ -61,6 +61,11 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.consumption", 6),  # take/take_all/schema/input_files, Ray's consumption semantics
     (f"{PACKAGE}.engine.iteration", 6),  # drop_last, the local shuffle buffer, iteration argument checks
     (f"{PACKAGE}.engine.schema", 6),  # Ray's Schema
+    (f"{PACKAGE}.engine.dataset_sort", 6),  # sort/groupby/aggregate on Dataset
+    (f"{PACKAGE}.engine.grouped_data", 6),  # Ray's ray.data.grouped_data.GroupedData
+    (f"{PACKAGE}.engine.aggregate", 6),  # Ray's ray.data.aggregate names (Count, Sum, ...)
+    (f"{PACKAGE}.engine.dataset_combine", 6),  # union/zip/random_shuffle/streaming_split on Dataset
+    (f"{PACKAGE}.engine.dataset_repr", 6),  # repr(ds) in Ray's form
     (f"{PACKAGE}.epochs", 7),
     (f"{PACKAGE}.hooks", 8),
     (f"{PACKAGE}.operators", 8),
@@ -90,6 +95,9 @@ DRIVER_USES_OF_THE_WORKER: dict[tuple[str, str], str] = {
     ("batches", "check_batch_format"): "a bad batch_format fails when the plan is built, not on an executor",
     ("sinks", "SinkOptions"): "a write node carries the sink's options to the executors",
     ("sinks", "write_task_output"): "a write node's method, run on executors, writes through the sink",
+    ("sorting", "*"): "sort/groupby plan nodes call the executor-side sort and group code from methods run there",
+    ("shuffle_rows", "permuted"): "random_shuffle's plan node permutes rows in a method run on executors",
+    ("zip_columns", "zipped"): "zip's plan node joins columns in a method run on executors",
 }
 EXACT_ONLY = {PACKAGE, f"{PACKAGE}.engine"}  # these rank only the package module itself, not what is under it
 

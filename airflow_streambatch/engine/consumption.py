@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan.logical import InputBlocks, Read
+from airflow_streambatch.engine.plan.sort import SortBy
 from airflow_streambatch.engine.schema import Schema
 from airflow_streambatch.engine.split import BatchIteration
 
@@ -52,8 +53,9 @@ class DatasetConsumption:
         return True  # a Dataset is a plan, never empty as an object (len() is not defined)
 
     def _keeps_input_order(self) -> bool:
+        """In input order: in-memory sources; and a sort's or groupby's output, whose order is the point."""
         source = self._logical[0]
-        return isinstance(source, InputBlocks) or (
+        return isinstance(source, InputBlocks) or any(isinstance(op, SortBy) for op in self._logical) or (
             isinstance(source, Read) and source.datasource.name in IN_MEMORY_SOURCES)
 
     def _tables_to_iterate(self, seeded: bool) -> Iterator[pa.Table]:

@@ -17,7 +17,10 @@ from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.compute import concurrency_of, udf_threads
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.consumption import DatasetConsumption
+from airflow_streambatch.engine.dataset_combine import DatasetCombine
 from airflow_streambatch.engine.dataset_methods import DatasetMethods
+from airflow_streambatch.engine.dataset_repr import dataset_repr
+from airflow_streambatch.engine.dataset_sort import DatasetSorting, limited_after_sort
 from airflow_streambatch.engine.dataset_writes import DatasetWrites
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
@@ -34,7 +37,7 @@ from airflow_streambatch.engine.plan.logical import (
 )
 
 
-class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetWrites):
+class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting, DatasetWrites, DatasetCombine):
     """A lazy pipeline of blocks. Build it with ``read_*``/``from_items``/``range``."""
 
     def __init__(self, logical: list, context: DataContext | None = None):
@@ -44,7 +47,9 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetWrites)
         self._last_executor: StreamingExecutor | None = None
 
     def __repr__(self) -> str:
-        return f"Dataset({' -> '.join(op.name for op in plan(list(self._logical)))})"
+        return dataset_repr(self)  # Ray's form, from what is known without running (`dataset_repr.py`)
+
+    __str__ = __repr__
 
     def _with(self, op) -> Dataset:
         return Dataset([*self._logical, op], self._context)
@@ -129,7 +134,7 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetWrites)
     def _start(self, on_commit=None, write_mode: str | None = "append", target=None,
                ordered: bool = False) -> StreamingExecutor:
         ctx = self.context
-        if ordered and not ctx.execution_options.preserve_order:  # consumers that keep input order
+        if (ordered or limited_after_sort(self._logical)) and not ctx.execution_options.preserve_order:
             ctx = ctx.copy(execution_options={"preserve_order": True})
         logical = with_dead_letters(list(self._logical), ctx.on_row_error)
         executor = StreamingExecutor(plan(logical, ctx.enable_operator_fusion), ctx, write_mode, target)

@@ -29,6 +29,7 @@ from airflow_streambatch.engine.execution.loop import RunParts, run_loop
 from airflow_streambatch.engine.execution.memory import BlockLedger, Heartbeat, MemoryBudget, MemoryGrants
 from airflow_streambatch.engine.execution.operators import build_operators
 from airflow_streambatch.engine.execution.operators.map import MapOperator
+from airflow_streambatch.engine.execution.operators.sort import SortOperator
 from airflow_streambatch.engine.execution.partitions import PartitionTracker
 from airflow_streambatch.engine.execution.policies import make_policy, next_operator
 from airflow_streambatch.engine.execution.pulls import PullAnswers
@@ -143,6 +144,8 @@ class StreamingExecutor:
         for op in operators:
             if isinstance(op, MapOperator):
                 op.mix_partitions = self.committer is None and ctx.max_failed_partitions == 0
+            if isinstance(op, SortOperator):
+                op.read_block = self.read_output  # its boundary search reads the sorted blocks' keys
             if op.runs_tasks:
                 pool.check_feasible(op.compute, op.name)
         backend = runtime.backend(f"streambatch-{self.run_id}")

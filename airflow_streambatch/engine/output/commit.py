@@ -46,6 +46,7 @@ import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.filesystems import resolve_in
 from airflow_streambatch.engine.output import lease as write_lease
+from airflow_streambatch.engine.output.empty_dirs import remove_if_empty
 from airflow_streambatch.engine.output.protocols import CommittedElsewhere, CopyCommit, protocol_for
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
 from airflow_streambatch.engine.protocol.staging import RECORD, StagedFile, partition_dir, staging_dir
@@ -299,6 +300,7 @@ class PartitionCommitter:
                 return
         if self.fs.get_file_info(run_staging).type != pafs.FileType.NotFound:
             self.fs.delete_dir(run_staging)
+        remove_if_empty(self.fs, f"{self.root}/_staging")
 
     def _sweep_dead_staging(self) -> None:
         """On object stores every other run's staging is dead (this run holds the lease, so

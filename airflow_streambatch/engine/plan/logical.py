@@ -191,9 +191,11 @@ class Repartition:
     but the last; ``shuffle``: each output block takes a slice of every input block, as Ray's
     ``repartition(shuffle=True)`` cuts them."""
 
-    num_blocks: int | None
+    num_blocks: int | None  # None with shuffle: as many as the input has (``random_shuffle``)
     rows_per_block: int | None = None
     shuffle: bool = False
+    reduce: Transform | None = field(default=None, compare=False)  # run by each output task (`plan/shuffle.py`)
+    by_group: bool = False  # output block j joins the input blocks placed (j, ...) (``zip``)
 
 
 

@@ -22,6 +22,7 @@ from airflow_streambatch.engine.plan.logical import (
     Transform,
     unique_names,
 )
+from airflow_streambatch.engine.plan.sort import SortBy, with_map_sides
 from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 SOURCE_REQUEST = ResourceRequest.make("read", num_cpus=1)
@@ -78,6 +79,15 @@ class RepartitionOp(PhysicalOp):
     num_blocks: int | None = 1
     rows_per_block: int | None = None  # instead of num_blocks: blocks of this many rows (the last fewer)
     shuffle: bool = False  # each output block takes a slice of every input block
+    by_group: bool = False  # output block j joins the input blocks placed (j, ...) (``zip``)
+
+
+@dataclass
+class SortOp(RepartitionOp):
+    """A barrier that range-partitions key-sorted blocks by key, then one reduce task per range."""
+
+    keys: tuple[str, ...] = ()
+    descending: tuple[bool, ...] = ()
 
 
 def _source(op: Read | InputBlocks) -> PhysicalOp:
@@ -88,7 +98,7 @@ def _source(op: Read | InputBlocks) -> PhysicalOp:
 
 def plan(logical: list[LogicalOp], fuse: bool = True) -> list[PhysicalOp]:
     """Physical operators for a logical chain, fusing equal-resource neighbours."""
-    source, *rest = logical
+    source, *rest = with_map_sides(logical)
     ops = [_source(source)]
     for op in rest:
         last = ops[-1]
@@ -105,8 +115,14 @@ def plan(logical: list[LogicalOp], fuse: bool = True) -> list[PhysicalOp]:
                 ops.append(LimitOp(f"Limit[{op.n}]", limit=op.n))
         elif isinstance(op, Repartition):
             label = op.num_blocks if op.rows_per_block is None else f"num_rows_per_block={op.rows_per_block}"
-            ops.append(RepartitionOp(f"Repartition[{label}]", num_blocks=op.num_blocks,
-                                     rows_per_block=op.rows_per_block, shuffle=op.shuffle))
+            name = op.reduce.name if op.reduce is not None else f"Repartition[{label}]"
+            ops.append(RepartitionOp(name, num_blocks=op.num_blocks, rows_per_block=op.rows_per_block,
+                                     shuffle=op.shuffle, by_group=op.by_group,
+                                     transforms=[op.reduce] if op.reduce is not None else []))
+        elif isinstance(op, SortBy):
+            reduce = op.reduce_side()
+            ops.append(SortOp(reduce.name, num_blocks=None, transforms=[reduce], keys=op.keys,
+                              descending=op.descending))
         else:  # pragma: no cover - the Dataset API builds only the kinds above
             raise TypeError(f"unknown logical operator {op!r}")
     for op, name in zip(ops, unique_names([o.name for o in ops])):

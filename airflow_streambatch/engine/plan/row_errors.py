@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from airflow_streambatch.engine.plan.logical import LogicalOp, Repartition, Transform, WriteFiles
+from airflow_streambatch.engine.plan.sort import SortBy
 
 QUARANTINE = "quarantine"
 
@@ -44,7 +45,7 @@ def _check_quarantine(op: Transform, sink: WriteFiles | None, after: list[Logica
     if not sink.staged:
         raise ValueError(f"{op.name}: {setting} is not supported for table writes ({sink.name}): failing rows are "
                          "committed beside a directory write's partitions. Write files, or use on_error='fail'")
-    if any(isinstance(later, Repartition) for later in after):
-        raise ValueError(f"{op.name}: {setting} cannot be used before a repartition(): the write after it commits "
-                         "blocks that mix every input partition, so a row set aside has no partition to go with. "
-                         "Quarantine after the repartition, or use on_error='fail'")
+    if any(isinstance(later, (Repartition, SortBy)) for later in after):
+        raise ValueError(f"{op.name}: {setting} cannot be used before a repartition(), sort() or groupby(): the "
+                         "write after it commits blocks that mix every input partition, so a row set aside has no "
+                         "partition to go with. Quarantine after the repartition, or use on_error='fail'")

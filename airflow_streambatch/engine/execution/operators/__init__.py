@@ -9,8 +9,17 @@ from airflow_streambatch.engine.execution.operators.limit import LimitOperator
 from airflow_streambatch.engine.execution.operators.map import MapOperator
 from airflow_streambatch.engine.execution.operators.read import ReadOperator
 from airflow_streambatch.engine.execution.operators.repartition import RepartitionOperator
+from airflow_streambatch.engine.execution.operators.sort import SortOperator
 from airflow_streambatch.engine.execution.resources import ResourcePool
-from airflow_streambatch.engine.plan.planner import InputBlocksOp, LimitOp, MapOp, PhysicalOp, ReadOp, RepartitionOp
+from airflow_streambatch.engine.plan.planner import (
+    InputBlocksOp,
+    LimitOp,
+    MapOp,
+    PhysicalOp,
+    ReadOp,
+    RepartitionOp,
+    SortOp,
+)
 
 OPERATORS: dict[type[PhysicalOp], type[Operator]] = {
     ReadOp: ReadOperator,
@@ -18,6 +27,7 @@ OPERATORS: dict[type[PhysicalOp], type[Operator]] = {
     MapOp: MapOperator,
     LimitOp: LimitOperator,
     RepartitionOp: RepartitionOperator,
+    SortOp: SortOperator,
 }
 
 
@@ -29,4 +39,4 @@ def build_operators(ops: list[PhysicalOp], ctx: DataContext, pool: ResourcePool)
     return operators
 
 
-__all__ = ["LimitOperator", "MapOperator", "Operator", "RepartitionOperator", "build_operators"]
+__all__ = ["LimitOperator", "MapOperator", "Operator", "RepartitionOperator", "SortOperator", "build_operators"]

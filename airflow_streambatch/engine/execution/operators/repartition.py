@@ -74,7 +74,7 @@ class RepartitionOperator(Operator):
     def advance(self, flow) -> None:
         if self.upstream_done and self.inputs and not self.barrier_blocks:
             self.barrier_blocks = list(self.inputs)
-            if self.ctx.execution_options.preserve_order:
+            if self.ctx.execution_options.preserve_order or self.physical.transforms:  # a seeded shuffle's
                 self.barrier_blocks.sort(key=lambda ref: ref.order)
             self.inputs.clear()
             n, sliced, self._sliced_from = cut(self.barrier_blocks, self.physical)
@@ -115,7 +115,9 @@ def cut(blocks: list[BlockRef], physical) -> tuple[int, list[list[BlockRef]], di
     if physical.rows_per_block is not None:
         n = max(1, math.ceil(total / physical.rows_per_block))
         return n, *_slice_rows(blocks, [min(total, i * physical.rows_per_block) for i in range(n + 1)])
-    n = physical.num_blocks
+    if physical.by_group:
+        return _by_group(blocks)
+    n = physical.num_blocks or max(1, len(blocks))  # None: one output block per input block (random_shuffle)
     if not physical.shuffle:
         return n, *_slice_rows(blocks, [round(i * total / n) for i in range(n + 1)])
     groups: list[list[BlockRef]] = [[] for _ in range(n)]
@@ -128,6 +130,18 @@ def cut(blocks: list[BlockRef], physical) -> tuple[int, list[list[BlockRef]], di
                 piece = ref.slice(start, min(size, ref.num_rows - start))
                 groups[j].append(piece)
                 sliced_from[piece.block_id] = ref
+    return n, groups, sliced_from
+
+
+def _by_group(blocks: list[BlockRef]) -> tuple[int, list[list[BlockRef]], dict[str, BlockRef]]:
+    """Output block ``j`` joins, in order, every input block placed ``(j, ...)`` (a zip's slices)."""
+    n = max((ref.order[0] + 1 for ref in blocks), default=1)
+    groups: list[list[BlockRef]] = [[] for _ in range(n)]
+    sliced_from: dict[str, BlockRef] = {}
+    for ref in sorted(blocks, key=lambda ref: ref.order):
+        piece = ref.slice(0, ref.num_rows)
+        groups[ref.order[0]].append(piece)
+        sliced_from[piece.block_id] = ref
     return n, groups, sliced_from
 
 

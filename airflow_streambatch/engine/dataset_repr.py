@@ -1,0 +1,76 @@
+"""``repr(ds)`` in Ray Data 2.x's form, from what is known without running anything.
+
+Ray prints the operators last first, each under the one after it, down to the source::
+
+    Map(double)
+    +- Dataset(num_rows=10, schema={id: int64})
+
+and ``MaterializedDataset(num_blocks=3, num_rows=10, schema={id: int64})`` for a dataset whose
+blocks exist. A number of rows is known for ``range``/``from_items`` and existing blocks
+(``?`` otherwise, as in Ray); a schema for ``range``, for the output of a source that already
+ran here (``_known_schema``), or from the header of a local block file ("Unknown schema"
+otherwise, as in Ray). Nothing is planned on Spark, nothing read but a block's schema.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Read, Repartition, Transform
+from airflow_streambatch.engine.plan.shuffle import MAP_SIDE, ShuffleRows
+
+LINE_LIMIT, INDENT = 80, " " * 3  # Ray's SCHEMA_LINE_CHAR_LIMIT and indent
+
+
+def dataset_repr(dataset) -> str:
+    source, *ops = dataset._logical
+    names = [name for name in map(_op_name, reversed(ops)) if name]
+    lines = [name if depth == 0 else f"{INDENT * (depth - 1)}+- {name}" for depth, name in enumerate(names)]
+    prefix = f"{INDENT * (len(names) - 1)}+- " if names else ""
+    schema = dataset._known_schema if not ops else None
+    return "\n".join([*lines, prefix + _source_repr(type(dataset).__name__, source, schema, len(names))])
+
+
+def _op_name(op) -> str | None:
+    if isinstance(op, ShuffleRows) and op.stage == MAP_SIDE:
+        return None  # half of RandomShuffle: Ray shows one operator
+    if isinstance(op, Transform):
+        return op.name
+    if isinstance(op, Limit):
+        return f"Limit[limit={op.n}]"
+    if isinstance(op, Repartition):
+        return op.reduce.name if op.reduce is not None else "Repartition"
+    return type(op).__name__
+
+
+def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int) -> str:
+    rows, blocks = "?", None
+    if isinstance(source, Read):
+        rows = "?" if source.datasource.num_rows is None else source.datasource.num_rows
+        if schema is None and source.datasource.name == "Range":
+            schema = pa.schema([("id", pa.int64())])
+    elif isinstance(source, InputBlocks):
+        rows = sum(ref.num_rows for ref in source.blocks)
+        blocks = len(source.blocks) if classname == "MaterializedDataset" else None
+        schema = schema if schema is not None else _block_schema(source.blocks)
+    schema_str = "Unknown schema" if schema is None else (
+        "{" + ", ".join(f"{field.name}: {field.type}" for field in schema) + "}")
+    params = ([f"num_blocks={blocks}"] if blocks is not None else []) + [f"num_rows={rows}", f"schema={schema_str}"]
+    one_line = f"{classname}({', '.join(params)})"
+    if len(one_line) <= LINE_LIMIT:
+        return one_line
+    pad = INDENT * depth
+    return f"{classname}(" + ",".join(f"\n{pad}{INDENT}{p}" for p in params) + f"\n{pad})"
+
+
+def _block_schema(blocks) -> pa.Schema | None:
+    """The schema in the header of the first block file this driver can open (never a remote one)."""
+    for ref in blocks:
+        if ref.location:
+            return None
+        try:
+            with pa.memory_map(ref.path, "r") as source:
+                return pa.ipc.open_file(source).schema
+        except (OSError, pa.ArrowInvalid):
+            return None
+    return None
