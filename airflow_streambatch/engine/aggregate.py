@@ -5,18 +5,26 @@ Each names its output column as Ray does (``count()``, ``sum(x)``, ``mean(x)``; 
 overrides it) and follows Ray's null rules: with ``ignore_nulls=True`` (the default, but for
 `Count`) nulls are skipped and a group of only nulls gives None; with ``ignore_nulls=False`` a
 null in the group makes the result None. `Std` of fewer than two values is 0.0, as in Ray.
-All run on executors (`worker/sorting.py`): a map task computes each group's partial over its
-rows, the groupby's reduce task merges the partials of a group and finishes it.
+All run on executors (`worker/sorting.py`) over a task's key-sorted rows numbered by group
+(`worker/groups.py`): a map task computes every group's partial state (``states``), the
+groupby's reduce task merges the partials of each group and finishes them (``merged``), or
+without map-side partials computes the result from the rows (``compute``). The built-ins do
+each step for all groups at once with Arrow; an `AggregateFn` loops over the groups in Python.
 """
 
 from __future__ import annotations
 
-import math
+import pickle
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from airflow_streambatch.engine.worker.groups import Groups
+
+VALID, NULLS = pc.CountOptions(mode="only_valid"), pc.CountOptions(mode="only_null")
 
 
 class AggregateFn:
@@ -25,8 +33,10 @@ class AggregateFn:
     accumulators, ``finalize(acc)``. With ``merge``, map tasks accumulate their share of each group
     and the reduce task merges the partials; without it, the reduce task accumulates whole groups.
 
-    Every aggregation here has the same three steps: ``partial`` (one group's rows in one task),
-    ``merge_partials`` and ``result``; ``compute`` is the three over one whole group."""
+    Every aggregation here answers the same three calls over a task's rows numbered by group:
+    ``states`` (each group's partial as columns, one row per group, which a map task sends on),
+    ``merged`` (the result per group from partial rows of several map tasks) and ``compute`` (the
+    result per group from the rows themselves). Here each group's accumulator is one pickle."""
 
     on: str | None = None
 
@@ -46,35 +56,45 @@ class AggregateFn:
         """Whether partials of one group can be merged (map-side partial aggregation)."""
         return self.merge is not None
 
-    def partial(self, group: pa.Table, key: Any = None) -> Any:
-        acc = self.init(key)
-        if self.accumulate_block is not None:
-            return self.accumulate_block(acc, group)
-        for row in group.to_pylist():
-            acc = self.accumulate_row(acc, row)
-        return acc
+    def states(self, table: pa.Table, groups: Groups) -> dict[str, pa.Array]:
+        return {"acc": pa.array([pickle.dumps(acc) for acc in self._accumulated(table, groups)], type=pa.binary())}
 
-    def merge_partials(self, partials: list) -> Any:
-        acc = partials[0]
-        for other in partials[1:]:
-            acc = self.merge(acc, other)
-        return acc
+    def merged(self, states: dict[str, pa.ChunkedArray], groups: Groups) -> pa.Array:
+        partials = [pickle.loads(v) for v in states["acc"].to_pylist()]  # noqa: S301 - pickled by this run's tasks
+        results = []
+        for start, end in groups.ranges():
+            acc = partials[start]
+            for other in partials[start + 1:end]:
+                acc = self.merge(acc, other)
+            results.append(self.finalize(acc))
+        return pa.array(results)
 
-    def result(self, acc: Any) -> Any:
-        return self.finalize(acc)
+    def compute(self, table: pa.Table, groups: Groups) -> pa.Array:
+        return pa.array([self.finalize(acc) for acc in self._accumulated(table, groups)])
 
-    def compute(self, group: pa.Table, key: Any = None) -> Any:
-        return self.result(self.partial(group, key))
-
-    def output_type(self, schema: pa.Schema) -> pa.DataType | None:
-        return None  # inferred from the values
+    def _accumulated(self, table: pa.Table, groups: Groups) -> list:
+        """Each group's accumulator over its rows."""
+        accs = []
+        for (start, end), key in zip(groups.ranges(), groups.key_values()):
+            acc, group = self.init(key), table.slice(start, end - start)
+            if self.accumulate_block is not None:
+                accs.append(self.accumulate_block(acc, group))
+                continue
+            for row in group.to_pylist():
+                acc = self.accumulate_row(acc, row)
+            accs.append(acc)
+        return accs
 
 
 class _OnColumn(AggregateFn):
-    """A built-in over one column ``on``. Its partial is ``(nulls, valid values, state of the valid
-    values or None)``."""
+    """A built-in over one column ``on``, computed for every group at once with Arrow's hash aggregates
+    keyed by the group number. Its state per group: ``valid`` and ``nulls`` (counts of its non-null
+    and null values), then its value state, by the hash aggregate ``function`` that both computes
+    and merges it (a sum of sums, a min of mins; `Std` keeps a mean and M2 instead). The three
+    steps: `states` over rows, `merge_states` over partial rows, `finish` (Ray's null rules)."""
 
     label = ""
+    function: str | None = None
     mergeable = True
 
     def __init__(self, on: str | None = None, ignore_nulls: bool = True, alias_name: str | None = None):
@@ -85,30 +105,36 @@ class _OnColumn(AggregateFn):
         self.on, self.ignore_nulls = on, ignore_nulls
         self.name = alias_name or f"{self.label}({on or ''})"
 
-    def partial(self, group: pa.Table, key: Any = None) -> tuple:
-        column = group.column(self.on)
-        valid = len(column) - column.null_count
-        return column.null_count, valid, self._state(column) if valid else None
+    def states(self, table, groups):
+        column = table.column(self.on)
+        value = [(column, self.function, None)] if self.function else []
+        states = dict(zip(("valid", "nulls", self.function), groups.aggregate(
+            (column, "count", VALID), (column, "count", NULLS), *value)))
+        if self.function and pa.types.is_null(column.type):  # a block of only nulls: typed by the other blocks
+            states[self.function] = pa.nulls(groups.count)
+        return states
 
-    def merge_partials(self, partials: list) -> tuple:
-        states = [state for _, _, state in partials if state is not None]
-        return (sum(p[0] for p in partials), sum(p[1] for p in partials),
-                self._merge(states) if states else None)
+    def merge_states(self, states: dict, groups: Groups) -> dict[str, pa.Array]:
+        value = [(states[self.function], self.function, None)] if self.function else []
+        return dict(zip(("valid", "nulls", self.function), groups.aggregate(
+            (states["valid"], "sum", None), (states["nulls"], "sum", None), *value)))
 
-    def result(self, acc: tuple) -> Any:
-        nulls, valid, state = acc
-        if (nulls and not self.ignore_nulls) or not valid:
-            return None
-        return self._final(state, valid)
+    def finish(self, states: dict) -> pa.Array:
+        """The result per group: None where the group has no values, or (without ``ignore_nulls``) a null."""
+        value = self._final(states)
+        dropped = pc.equal(states["valid"], 0)
+        if not self.ignore_nulls:
+            dropped = pc.or_(dropped, pc.greater(states["nulls"], 0))
+        return pc.if_else(dropped, pa.scalar(None, value.type), value)
 
-    def _state(self, column: pa.ChunkedArray) -> Any:
-        raise NotImplementedError
+    def merged(self, states, groups):
+        return self.finish(self.merge_states(states, groups))
 
-    def _merge(self, states: list) -> Any:
-        raise NotImplementedError
+    def compute(self, table, groups):
+        return self.finish(self.states(table, groups))
 
-    def _final(self, state: Any, valid: int) -> Any:
-        return state
+    def _final(self, states: dict) -> pa.Array:
+        return states[self.function]
 
 
 class Count(_OnColumn):
@@ -119,75 +145,41 @@ class Count(_OnColumn):
     def __init__(self, on: str | None = None, ignore_nulls: bool = False, alias_name: str | None = None):
         super().__init__(on, ignore_nulls, alias_name)
 
-    def partial(self, group, key=None):
-        return group.num_rows, group.num_rows - (group.column(self.on).null_count if self.on is not None else 0)
+    def states(self, table, groups):
+        if self.on is None:
+            return {"valid": groups.sizes(), "nulls": pa.array(np.zeros(groups.count, dtype=np.int64))}
+        return super().states(table, groups)
 
-    def merge_partials(self, partials):
-        return sum(p[0] for p in partials), sum(p[1] for p in partials)
-
-    def result(self, acc):
-        rows, valid = acc
-        return valid if self.on is not None and self.ignore_nulls else rows
-
-    def output_type(self, schema):
-        return pa.int64()
+    def finish(self, states):
+        if self.on is not None and self.ignore_nulls:
+            return states["valid"]
+        return pc.add(states["valid"], states["nulls"])
 
 
 class Sum(_OnColumn):
-    label = "sum"
-
-    def _state(self, column):
-        return pc.sum(column).as_py()
-
-    def _merge(self, states):
-        return sum(states[1:], states[0])
-
-    def output_type(self, schema):
-        return pc.sum(pa.array([], type=schema.field(self.on).type)).type
+    label, function = "sum", "sum"
 
 
 class Min(_OnColumn):
-    label = "min"
-
-    def _state(self, column):
-        return pc.min(column).as_py()
-
-    def _merge(self, states):
-        return min(states)
-
-    def output_type(self, schema):
-        return schema.field(self.on).type
+    label, function = "min", "min"
 
 
-class Max(Min):
-    label = "max"
-
-    def _state(self, column):
-        return pc.max(column).as_py()
-
-    def _merge(self, states):
-        return max(states)
+class Max(_OnColumn):
+    label, function = "max", "max"
 
 
-class Mean(_OnColumn):
+class Mean(Sum):
     label = "mean"
 
-    def _state(self, column):
-        return pc.sum(column).as_py()
-
-    def _merge(self, states):
-        return sum(states[1:], states[0])
-
-    def _final(self, state, valid):
-        return state / valid
-
-    def output_type(self, schema):
-        return pa.float64()
+    def _final(self, states):
+        return pc.divide(states["sum"].cast(pa.float64()), states["valid"].cast(pa.float64()))
 
 
 class Std(_OnColumn):
-    """The standard deviation with ``ddof`` (default 1, the sample's); 0.0 for a single value. Partials
-    are ``(count, mean, M2)``, merged with Chan et al.'s formula, as Ray merges them."""
+    """The standard deviation with ``ddof`` (default 1, the sample's); 0.0 for a single value (NaN
+    where ``ddof`` leaves no degrees of freedom). Partials are ``(count, mean, M2)`` as Ray keeps
+    them, merged by Chan et al.'s formula over all of a group's partials at once: the mean weighted
+    by counts, and M2 = sum(M2_j) + sum(n_j * (mean_j - mean) ** 2)."""
 
     label = "std"
 
@@ -195,25 +187,29 @@ class Std(_OnColumn):
         super().__init__(on, ignore_nulls, alias_name)
         self.ddof = ddof
 
-    def _state(self, column):
-        values = pc.drop_null(column).to_numpy().astype("float64")
-        mean = float(values.mean())
-        return len(values), mean, float(((values - mean) ** 2).sum())
+    def states(self, table, groups):
+        values = table.column(self.on).cast(pa.float64())
+        valid, nulls, total = groups.aggregate((values, "count", VALID), (values, "count", NULLS),
+                                               (values, "sum", None))
+        mean = pc.divide(total, valid.cast(pa.float64()))  # null for a group without values
+        deviation = pc.subtract(values, groups.per_row(mean))
+        (m2,) = groups.aggregate((pc.multiply(deviation, deviation), "sum", None))
+        return {"valid": valid, "nulls": nulls, "mean": mean, "m2": m2}
 
-    def _merge(self, states):
-        count, mean, m2 = states[0]
-        for n, m, q in states[1:]:
-            total = count + n
-            delta = m - mean
-            mean, m2, count = mean + delta * n / total, m2 + q + delta * delta * count * n / total, total
-        return count, mean, m2
+    def merge_states(self, states, groups):
+        count = states["valid"].cast(pa.float64())
+        valid, nulls, weighted = groups.aggregate((states["valid"], "sum", None), (states["nulls"], "sum", None),
+                                                  (pc.multiply(count, states["mean"]), "sum", None))
+        mean = pc.divide(weighted, valid.cast(pa.float64()))
+        shift = pc.subtract(states["mean"], groups.per_row(mean))
+        (m2,) = groups.aggregate((pc.add(states["m2"], pc.multiply(count, pc.multiply(shift, shift))), "sum", None))
+        return {"valid": valid, "nulls": nulls, "mean": mean, "m2": m2}
 
-    def _final(self, state, valid):
-        count, _, m2 = state
-        return 0.0 if count < 2 else math.sqrt(m2 / (count - self.ddof))
-
-    def output_type(self, schema):
-        return pa.float64()
+    def _final(self, states):
+        count = states["valid"].cast(pa.float64())
+        freedom = pc.subtract(count, float(self.ddof))
+        spread = pc.if_else(pc.greater(freedom, 0.0), pc.sqrt(pc.divide(states["m2"], freedom)), float("nan"))
+        return pc.if_else(pc.less(count, 2.0), 0.0, spread)
 
 
 __all__ = ["AggregateFn", "Count", "Max", "Mean", "Min", "Std", "Sum"]

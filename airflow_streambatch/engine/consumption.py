@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.path_args import previewing_file_order
 from airflow_streambatch.engine.plan.logical import InputBlocks, Read
 from airflow_streambatch.engine.plan.sort import SortBy
 from airflow_streambatch.engine.schema import Schema
@@ -46,8 +47,8 @@ class DatasetConsumption:
     _known_schema: pa.Schema | None = None  # from the last run that read a block of this dataset
 
     def __len__(self) -> int:
-        raise TypeError("len() of a Dataset is unknown until it runs: call ds.count(), which runs the "
-                        "pipeline and counts its rows")
+        raise TypeError("len() of a Dataset is not defined (as in Ray): call ds.count(), which counts its rows "
+                        "from metadata where it can and otherwise runs the pipeline")
 
     def __bool__(self) -> bool:
         return True  # a Dataset is a plan, never empty as an object (len() is not defined)
@@ -114,7 +115,8 @@ class DatasetConsumption:
             source = source.source
         if not isinstance(source, Read):
             return []
-        tasks = source.datasource.plan(1, source.override_num_blocks, self.context.target_max_block_size)
+        with previewing_file_order():  # not an execution: a shuffled read's next run keeps its order
+            tasks = source.datasource.plan(1, source.override_num_blocks, self.context.target_max_block_size)
         return list(dict.fromkeys(_without_scheme(path) for task in tasks for path in task.files))
 
     def iterator(self) -> DatasetIterator:

@@ -23,6 +23,7 @@ from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan import datasource as plan_source
 from airflow_streambatch.engine.plan.logical import Read
+from airflow_streambatch.engine.read_resources import read_request
 from airflow_streambatch.engine.worker.batches import from_udf_output
 
 
@@ -111,7 +112,9 @@ class ReadTask:
         yield from result
 
 
-def read_datasource(datasource: Datasource, *, parallelism: int = -1, override_num_blocks: int | None = None,
+def read_datasource(datasource: Datasource, *, parallelism: int = -1, num_cpus: float | None = None,
+                    num_gpus: float | None = None, memory: float | None = None, ray_remote_args: dict | None = None,
+                    concurrency: int | None = None, compute=None, override_num_blocks: int | None = None,
                     **read_args) -> Dataset:
     """A dataset of what ``datasource``'s read tasks yield, one input partition per `ReadTask`.
 
@@ -120,9 +123,13 @@ def read_datasource(datasource: Datasource, *, parallelism: int = -1, override_n
     ``estimate_inmemory_data_size()`` bytes: two per execution slot at least, and none over
     ``DataContext.target_max_block_size``. ``read_args`` go to a legacy ``prepare_read`` or
     ``create_reader``; a source with ``get_read_tasks`` takes none (a ``TypeError`` names them).
-    Ray's ``num_cpus``, ``ray_remote_args`` and ``concurrency`` are not accepted: Spark
-    schedules the read tasks (docs/ray-compatibility.md).
+    Ray's ``num_cpus``, ``num_gpus``, ``ray_remote_args`` (its ``num_cpus``, ``num_gpus``,
+    ``resources``) are each read task's slots, and ``concurrency`` (or ``compute``'s size) caps the
+    read tasks running at once; ``memory`` and Ray's placement options are checked only
+    (`read_resources.py`).
     """
+    request = read_request("read_datasource", num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
+                           ray_remote_args=ray_remote_args, concurrency=concurrency, compute=compute)
     if not isinstance(datasource, Datasource) and not hasattr(datasource, "get_read_tasks"):
         raise TypeError(f"read_datasource expects a Datasource (airflow_streambatch.engine.datasource.Datasource), "
                         f"got {type(datasource).__name__}")
@@ -148,7 +155,7 @@ def read_datasource(datasource: Datasource, *, parallelism: int = -1, override_n
                                      files=tuple(task.metadata.input_files or ()))
                 for i, task in enumerate(tasks)]
 
-    return Dataset([Read(plan_source.Datasource(name, plan), override_num_blocks)])
+    return Dataset([Read(plan_source.Datasource(name, plan), override_num_blocks, request)])
 
 
 def _reader(datasource, read_args: dict):

@@ -24,6 +24,7 @@ from airflow_streambatch.engine.dataset_sort import DatasetSorting, limited_afte
 from airflow_streambatch.engine.dataset_writes import DatasetWrites
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.execution.executor import DONE, StreamingExecutor
+from airflow_streambatch.engine.meta_count import meta_count
 from airflow_streambatch.engine.transform_args import repartition_op
 from airflow_streambatch.engine.split import BatchIteration, DataIterator, SplitCoordinator
 from airflow_streambatch.engine.execution.partitions import warn_if_partial
@@ -193,17 +194,23 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting
         return [DataIterator(coordinator, i) for i in range(n)]
 
     def count(self) -> int:
-        """Rows in the dataset, counted from block metadata (no data is read)."""
+        """Rows in the dataset. Without a run where metadata knows them (a bare ``read_parquet``'s
+        footers, ``range``, ``from_items``, a materialized dataset: `meta_count.py`, as Ray's
+        ``_meta_count``); else the plan runs and its blocks' metadata are summed (no data is read)."""
+        known = meta_count(self._logical)
+        if known is not None:
+            return known
         return sum(ref.num_rows for ref in self.iter_internal_ref_bundles())
 
     def materialize(self) -> MaterializedDataset:
         """Run the plan and keep its output blocks; the result reads them without recomputing."""
         refs = sorted((ref for _, ref in self._iter_refs(delete=False)), key=lambda ref: ref.order)  # input order
         executor = self._last_executor
-        source = self._logical[0].source if isinstance(self._logical[0], InputBlocks) else self._logical[0]
+        first = self._logical[0]
+        source, read_from = (first.source, first.owner) if isinstance(first, InputBlocks) else (first, None)
         # the whole run's lineage: a lost block may need its ancestors rebuilt too
         return MaterializedDataset(refs, executor.cleanup, executor.lineage.records, self._last_stats, self._context,
-                                   source)
+                                   source, read_from)
 
     def stats(self) -> str:
         """Per-operator statistics of the last execution of this dataset."""
@@ -220,7 +227,9 @@ class _BlockOwner:
     """Deletes a materialized dataset's block files (``cleanup``, on every host that holds some)
     once neither the dataset nor any dataset built on it is referenced."""
 
-    def __init__(self, cleanup: Callable[[], None] | None):
+    def __init__(self, cleanup: Callable[[], None] | None, read_from: object = None):
+        # the blocks its run read: a block passed on or sliced without a task (``limit``) is their file
+        self.read_from = read_from
         if cleanup is not None:
             weakref.finalize(self, cleanup)
 
@@ -230,8 +239,8 @@ class MaterializedDataset(Dataset):
     on it (``materialize().limit(7)``) can read them any more."""
 
     def __init__(self, refs: list[BlockRef], cleanup: Callable[[], None] | None, lineage: dict,
-                 stats: RunStats | None, context=None, source=None):
-        super().__init__([InputBlocks(tuple(refs), lineage, _BlockOwner(cleanup), source)], context)
+                 stats: RunStats | None, context=None, source=None, read_from: object = None):
+        super().__init__([InputBlocks(tuple(refs), lineage, _BlockOwner(cleanup, read_from), source)], context)
         self._refs = refs
         self._last_stats = stats
 

@@ -9,6 +9,8 @@ listing code (`plan.datasource.list_files`) takes plain strings only.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 from dataclasses import dataclass
 
@@ -85,6 +87,21 @@ def check_shuffle(shuffle, where: str):
                      "call random_shuffle() on the dataset")
 
 
+_PREVIEW = contextvars.ContextVar("file_order_preview", default=False)
+
+
+@contextlib.contextmanager
+def previewing_file_order():
+    """Plans made inside list their files in the next execution's order without being one: what
+    ``input_files()`` needs, so that asking for the files does not change the order a reseeded
+    `FileShuffleConfig` gives the next run (Ray's ``input_files`` does not execute the dataset)."""
+    token = _PREVIEW.set(True)
+    try:
+        yield
+    finally:
+        _PREVIEW.reset(token)
+
+
 class FileOrder:
     """The order a read lists its files in, execution after execution (``shuffle``)."""
 
@@ -93,8 +110,11 @@ class FileOrder:
         self.executions = 0
 
     def __call__(self, items: list) -> list:
-        """``items`` (one per file) in this execution's order; each call is one execution."""
-        index, self.executions = self.executions, self.executions + 1
+        """``items`` (one per file) in this execution's order; each call is one execution, but
+        under `previewing_file_order`."""
+        index = self.executions
+        if not _PREVIEW.get():
+            self.executions += 1
         if self.shuffle is None or len(items) < 2:
             return list(items)
         seed = None if self.shuffle == "files" else self.shuffle.get_seed(index)

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.meta_count import parquet_meta_rows
 from airflow_streambatch.engine.metadata_providers import check_meta_provider
 from airflow_streambatch.engine.plan.datasource import (
     READ_BATCH_ROWS,
@@ -104,7 +105,8 @@ def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, fi
         return file_datasource("Parquet", listed, suffixes, reader, row_groups_in(opts),
                                listing=opts.listing()).plan(slots, override, target_bytes)
 
-    return Dataset([Read(_file_source(Datasource("Parquet", plan), paths), override_num_blocks)])
+    footers = parquet_meta_rows(paths, suffixes, opts, row_filter)  # count() without a run (`meta_count.py`)
+    return Dataset([Read(_file_source(Datasource("Parquet", plan, meta_rows=footers), paths), override_num_blocks)])
 
 
 def read_fragments(fragments: list[Fragment], input_format: str = "parquet", *, columns: list[str] | None = None,

@@ -102,7 +102,9 @@ def prune_source(source: Datasource, columns: list[str] | None, row_filter: pc.E
         return [dataclasses.replace(task, read=_pruned(task.read, task.label, columns, row_filter, where))
                 for task in source.plan(slots, override, target_bytes)]
 
-    return dataclasses.replace(source, plan=plan)
+    if row_filter is None:
+        return dataclasses.replace(source, plan=plan)
+    return dataclasses.replace(source, plan=plan, num_rows=None, meta_rows=None)  # rows known before: not after it
 
 
 def _pruned(read: Callable[[], Iterator[pa.Table]], label: str, columns, row_filter, where: str):

@@ -35,6 +35,21 @@ def test_the_blocks_go_when_the_last_dataset_that_reads_them_goes(ctx):
     assert _block_files(block_dir) - before == set()
 
 
+def test_a_materialized_limit_keeps_the_blocks_it_sliced(ctx):
+    """``limit`` slices block references without a task, so the blocks of ``x.limit(3).materialize()``
+    are ``x``'s files: they live while it does, after ``x`` is gone, and go with it."""
+    block_dir = ctx.block_dir
+    before = _block_files(block_dir)
+    first = rd.range(10, override_num_blocks=5).materialize()
+    head = first.limit(3).materialize()
+    del first
+    gc.collect()
+    assert sorted(r["id"] for r in head.take_all()) == [0, 1, 2]
+    del head
+    gc.collect()
+    assert _block_files(block_dir) - before == set()
+
+
 def _block_files(root) -> set[str]:
     return {os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".arrow")}
 

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import airflow_streambatch.engine as rd
@@ -126,3 +127,55 @@ def test_unknown_columns_and_bad_aggregations_fail_as_in_ray(ctx):
         ds.groupby("id").sum("y")
     with pytest.raises(TypeError, match="AggregateFn"):
         ds.groupby("id").aggregate("sum")
+
+
+def _scattered(batch):
+    """Keys scattered so each group's rows sit in several blocks; some keys and values null. ``x`` sits
+    near 1e6, so a Std that merged partials' sums of squares naively would lose its digits."""
+    ids = batch["id"]
+    return pa.table({"id": ids, "k": pa.array(ids * 7919 % 2003, mask=ids % 97 == 0),
+                     "x": pa.array(1e6 + ids * 37 % 101 / 7, mask=ids % 11 == 0),
+                     "i": pa.array(ids % 1000 - 500, mask=ids % 13 == 0),
+                     "s": np.array([f"s{v % 17:02}" for v in ids], dtype=object), "m": ids % 3})
+
+
+def _same(actual, expected) -> bool:
+    """Equal, pandas' missing values (NaN, NA) matching None, floats to 1e-9 relative."""
+    if pd.isna(expected):
+        return actual is None
+    if isinstance(expected, float):
+        return actual is not None and math.isclose(actual, expected, rel_tol=1e-9)
+    return actual == expected
+
+
+def test_many_groups_across_many_blocks_with_nulls_match_pandas(ctx):
+    distinct = AggregateFn(init=lambda key: set(), accumulate_row=lambda acc, row: acc | {row["m"]},
+                           merge=lambda a, b: a | b, finalize=len, name="distinct_m")
+    aggs = [Count(), Count("x", ignore_nulls=True), Sum("x"), Sum("i", ignore_nulls=False, alias_name="strict"),
+            Min("i"), Max("i"), Mean("x"), Std("x"), Std("i", ddof=0, alias_name="pstd"), Min("s"), distinct]
+    rows = rd.range(12_000, override_num_blocks=12).map_batches(_scattered).groupby("k").aggregate(*aggs).take_all()
+    ids = np.arange(12_000)
+    frame = pd.DataFrame({"k": pd.array(np.where(ids % 97 == 0, None, ids * 7919 % 2003), dtype="Int64"),
+                          "x": np.where(ids % 11 == 0, np.nan, 1e6 + ids * 37 % 101 / 7),
+                          "i": pd.array(np.where(ids % 13 == 0, None, ids % 1000 - 500), dtype="Int64"),
+                          "s": [f"s{v % 17:02}" for v in ids], "m": ids % 3})
+    by = frame.groupby("k", dropna=False, sort=True)  # the null key last, as Arrow sorts it
+    sizes, valid = by.size(), by["x"].count()
+    expected = pd.DataFrame({
+        "count()": sizes, "count(x)": valid, "sum(x)": by["x"].sum(min_count=1),
+        "strict": by["i"].sum().astype("float64").where(by["i"].count() == sizes),
+        "min(i)": by["i"].min(), "max(i)": by["i"].max(), "mean(x)": by["x"].mean(),
+        "std(x)": by["x"].std(ddof=1).where(valid != 1, 0.0),  # Ray: 0.0 for a single value
+        "pstd": by["i"].std(ddof=0), "min(s)": by["s"].min(), "distinct_m": by["m"].nunique()}).reset_index()
+    assert list(rows[0]) == ["k", *expected.columns[1:]] and len(rows) == len(expected) == 2003 + 1
+    assert [row["k"] for row in rows] == expected["k"].tolist()[:-1] + [None]  # keys ascending, null last
+    for name in expected.columns[1:]:
+        assert all(_same(row[name], value) for row, value in zip(rows, expected[name].tolist())), name
+
+
+def test_a_block_whose_column_is_all_nulls_merges_with_typed_blocks(ctx):
+    rows = [{"k": 1, "v": None}, {"k": 2, "v": None}, {"k": 1, "v": 2.5}, {"k": 3, "v": 4.0}]
+    out = rd.from_items(rows, override_num_blocks=2).groupby("k").aggregate(Sum("v"), Min("v"), Std("v")).take_all()
+    assert out == [{"k": 1, "sum(v)": 2.5, "min(v)": 2.5, "std(v)": 0.0},
+                   {"k": 2, "sum(v)": None, "min(v)": None, "std(v)": None},
+                   {"k": 3, "sum(v)": 4.0, "min(v)": 4.0, "std(v)": 0.0}]

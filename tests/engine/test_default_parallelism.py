@@ -64,7 +64,7 @@ def test_rows_of_range_and_from_items_are_units_of_work(ctx):
     made them 8 tasks of six); past 200 rows, 200 tasks."""
     for ds, rows, tasks in ((sb.range(48), 48, 48), (sb.from_items(list(range(30))), 30, 30),
                             (sb.range(1000), 1000, 200)):
-        assert ds.count() == rows
+        assert ds.materialize().count() == rows  # a run: count() alone knows the rows without one
         assert _read_tasks(ds) == tasks
 
 

@@ -70,6 +70,7 @@ class Datasource:
     plan: Callable[[int, int | None, int], list[ReadTask]]  # (slots, override_num_blocks, target bytes)
     paths: tuple[str, ...] = ()  # the input paths of a file source (a write must not land inside them)
     num_rows: int | None = None  # rows known before reading (range, from_items): random_sample refuses 0
+    meta_rows: Callable[[], int | None] | None = None  # rows from metadata, found on asking (Parquet footers)
 
 
 @dataclass(frozen=True)

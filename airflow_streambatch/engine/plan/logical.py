@@ -164,6 +164,7 @@ def sink_min_rows(transforms: list[Transform]) -> int:
 class Read:
     datasource: Datasource
     override_num_blocks: int | None = None
+    compute: ResourceRequest | None = None  # the read tasks' (Ray's num_cpus/concurrency on a read); None: 1 CPU
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ class SortOp(RepartitionOp):
 
 def _source(op: Read | InputBlocks) -> PhysicalOp:
     if isinstance(op, Read):
-        return ReadOp(f"Read{op.datasource.name}", read=op)
+        return ReadOp(f"Read{op.datasource.name}", compute=op.compute or SOURCE_REQUEST, read=op)
     return InputBlocksOp("InputBlocks", blocks=op.blocks, lineage=op.lineage)
 
 

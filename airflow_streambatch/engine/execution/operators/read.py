@@ -7,6 +7,7 @@ once all of its blocks have left the pipeline.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 from airflow_streambatch.engine.output.commit import check_resumable
@@ -23,7 +24,8 @@ class ReadOperator(Operator):
     def start(self, flow, partitions, committer, skipped: dict) -> None:
         """Plan the read tasks; queue those whose partition is not committed yet."""
         read = self.physical.read
-        slots = max(1, self.pool.slots_for(0, self.compute))
+        # as many tasks as the slots take; a concurrency cap limits how many run at once, not how many (as Ray's)
+        slots = max(1, self.pool.slots_for(0, dataclasses.replace(self.compute, concurrency=None)))
         tasks = read.datasource.plan(slots, read.override_num_blocks, self.ctx.target_max_block_size)
         done = committer.committed() if committer else {}
         if committer is not None:
