@@ -68,10 +68,15 @@ def _create_bucket(root: str) -> None:
 
 
 def generate(root: str, hour: datetime, files: int = 4, rows: int = 250) -> str:
-    """Write ``files`` parquet files of ``rows`` reviews each for ``hour``, then the ``_SUCCESS`` marker."""
+    """Write ``files`` parquet files of ``rows`` reviews each for ``hour``, then the ``_SUCCESS`` marker.
+
+    An hour whose marker exists is left as it is: its epoch may be frozen and committed, and
+    rewriting its files (even with the same rows) is an input change the next run refuses."""
     _create_bucket(root)
     directory = _hour_path(root, "in", hour)
     fs, path = _filesystem(directory)
+    if fs.get_file_info(f"{path}/_SUCCESS").type == pafs.FileType.File:
+        return directory
     fs.create_dir(path, recursive=True)
     rng = random.Random(hour.strftime("%Y%m%d%H"))
     base = int(hour.timestamp() // 3600) * 1_000_000

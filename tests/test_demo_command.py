@@ -39,3 +39,19 @@ def test_the_demo_command_embeds_every_input_row_once_in_a_fresh_venv(tmp_path):
     assert repeated and all(np.allclose(v[0], v[1], atol=1e-4) for v in repeated)
     assert len(by_text) > 100 and min(float(a[0] @ b[0]) for a, b in zip(list(by_text.values())[:50],
                                                                          list(by_text.values())[1:51])) < 0.99
+
+
+def test_running_the_demo_again_for_an_hour_keeps_its_inputs(tmp_path):
+    """The second ``demo run`` of an hour found its inputs rewritten (new modification times) and
+    its committed epoch refused them as changed inputs; an hour with its marker is left as it is."""
+    from datetime import datetime, timezone
+
+    from airflow_streambatch.demo import generate
+
+    hour = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
+    directory = generate(str(tmp_path), hour, files=2, rows=5)
+    before = {p: os.stat(p).st_mtime_ns for p in glob.glob(f"{directory}/*")}
+    os.utime(next(iter(before)), ns=(1, 1))  # any rewrite would give it a new time
+    assert generate(str(tmp_path), hour, files=2, rows=5) == directory
+    assert os.stat(next(iter(before))).st_mtime_ns == 1
+    assert sorted(glob.glob(f"{directory}/*")) == sorted(before)

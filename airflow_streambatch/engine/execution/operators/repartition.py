@@ -71,13 +71,21 @@ class RepartitionOperator(Operator):
         self.groups.clear()
         super().clear_pending(flow)
 
+    def _gathered(self) -> list[BlockRef]:
+        """The barrier's input, in the order it is cut in."""
+        blocks = list(self.inputs)
+        if self.ctx.execution_options.preserve_order or self.physical.transforms:  # a seeded shuffle's
+            blocks.sort(key=lambda ref: ref.order)
+        return blocks
+
+    def _cut(self, blocks: list[BlockRef]) -> tuple[int, list[list[BlockRef]], dict[str, BlockRef]]:
+        return cut(blocks, self.physical)
+
     def advance(self, flow) -> None:
         if self.upstream_done and self.inputs and not self.barrier_blocks:
-            self.barrier_blocks = list(self.inputs)
-            if self.ctx.execution_options.preserve_order or self.physical.transforms:  # a seeded shuffle's
-                self.barrier_blocks.sort(key=lambda ref: ref.order)
+            self.barrier_blocks = self._gathered()
             self.inputs.clear()
-            n, sliced, self._sliced_from = cut(self.barrier_blocks, self.physical)
+            n, sliced, self._sliced_from = self._cut(self.barrier_blocks)
             groups = [(j, g) for j, g in enumerate(sliced) if g]
             for whole in self._sliced_from.values():
                 self._readers[whole.block_id] = self._readers.get(whole.block_id, 0) + 1

@@ -36,22 +36,11 @@ SAMPLES_PER_BLOCK = 100  # keys sampled from each sorted block (evenly spaced, s
 class SortOperator(RepartitionOperator):
     read_block: Callable[[BlockRef], pa.Table] | None = None  # set by the executor (its ``read_output``)
 
-    def advance(self, flow) -> None:
-        if self.upstream_done and self.inputs and not self.barrier_blocks:
-            self.barrier_blocks = sorted(self.inputs, key=lambda ref: ref.order)  # the same cut on every run
-            self.inputs.clear()
-            n, sliced, self._sliced_from = range_cut(self.barrier_blocks, self.physical.keys,
-                                                     self.physical.descending, self.read_block)
-            groups = [(j, g) for j, g in enumerate(sliced) if g]
-            for whole in self._sliced_from.values():
-                self._readers[whole.block_id] = self._readers.get(whole.block_id, 0) + 1
-            if flow.partitions.barriers_left:  # a write follows: output block j is its partition j
-                groups = flow.partitions.relabel_at_barrier(groups, n)
-            self.groups.extend(groups)
-        if self.barrier_blocks and not self.groups and self.running_tasks == 0:
-            for ref in self.barrier_blocks:  # what failed tasks did not free
-                flow.release(ref)
-            self.barrier_blocks, self._readers, self._sliced_from = [], {}, {}
+    def _gathered(self) -> list[BlockRef]:
+        return sorted(self.inputs, key=lambda ref: ref.order)  # the same cut on every run
+
+    def _cut(self, blocks: list[BlockRef]) -> tuple[int, list[list[BlockRef]], dict[str, BlockRef]]:
+        return range_cut(blocks, self.physical.keys, self.physical.descending, self.read_block)
 
 
 def compare_keys(a: tuple, b: tuple, descending: tuple[bool, ...]) -> int:
