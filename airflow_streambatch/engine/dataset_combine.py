@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from airflow_streambatch.engine.execution.lineage import base_id
 from airflow_streambatch.engine.plan.logical import InputBlocks
-from airflow_streambatch.engine.execution.operators.repartition import _slice_rows
+from airflow_streambatch.engine.execution.operators.repartition import slice_rows
 from airflow_streambatch.engine.plan.shuffle import random_shuffle_ops, zip_ops
 
 
@@ -28,10 +28,7 @@ class DatasetCombine:
         union reads their blocks without running them again."""
         from airflow_streambatch.engine.dataset import Dataset
 
-        datasets = [self, *other]
-        wrong = [type(d).__name__ for d in other if not isinstance(d, Dataset)]
-        if wrong:
-            raise TypeError(f"union: every argument must be a Dataset, got {', '.join(wrong)}")
+        datasets = [self, *_datasets(other, "union")]
         blocks, lineage, owners, numbers = [], {}, [], {}
         for i, dataset in enumerate(datasets):
             source = _blocks_of(dataset)
@@ -48,10 +45,7 @@ class DatasetCombine:
         as one task per block of this dataset, each joining the rows of every dataset at its place."""
         from airflow_streambatch.engine.dataset import Dataset
 
-        wrong = [type(d).__name__ for d in other if not isinstance(d, Dataset)]
-        if wrong:
-            raise TypeError(f"zip: every argument must be a Dataset, got {', '.join(wrong)}")
-        sources = [_blocks_of(d) for d in (self, *other)]
+        sources = [_blocks_of(d) for d in (self, *_datasets(other, "zip"))]
         refs = [[ref for ref in source.blocks if ref.num_rows] for source in sources]
         totals = [sum(ref.num_rows for ref in blocks) for blocks in refs]
         for total in totals[1:]:
@@ -62,7 +56,7 @@ class DatasetCombine:
             bounds.append(bounds[-1] + ref.num_rows)
         blocks, lineage = [], {}
         for d, (source, mine) in enumerate(zip(sources, refs)):
-            for j, pieces in enumerate(_slice_rows(mine, bounds)[0]):
+            for j, pieces in enumerate(slice_rows(mine, bounds)[0]):
                 blocks.extend(_renamed(f"z{d}", piece, source, lineage, partitions=(j,), order=(j, d, s))
                               for s, piece in enumerate(pieces))
         owners = tuple(source.owner for source in sources)  # each one's block files live while the zip can read
@@ -94,6 +88,16 @@ class DatasetCombine:
             raise ValueError(f"The length of locality_hints {len(locality_hints)} doesn't equal the number of "
                              f"splits {n}.")
         return self.iter_split(n, equal=equal)
+
+
+def _datasets(other: tuple, where: str) -> tuple:
+    """``other``, each checked to be a `Dataset` (``union``'s and ``zip``'s arguments)."""
+    from airflow_streambatch.engine.dataset import Dataset
+
+    wrong = [type(d).__name__ for d in other if not isinstance(d, Dataset)]
+    if wrong:
+        raise TypeError(f"{where}: every argument must be a Dataset, got {', '.join(wrong)}")
+    return other
 
 
 def _renamed(prefix: str, ref, source: InputBlocks, lineage: dict, **changes):

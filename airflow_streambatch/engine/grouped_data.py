@@ -50,8 +50,8 @@ class GroupedData:
     def __repr__(self) -> str:
         return f"GroupedData(dataset={self._dataset!r}, key={list(self._keys) or None!r})"
 
-    def _grouped(self, reduce) -> object:
-        return self._dataset._with(SortBy(self._keys, (False,) * len(self._keys), reduce))
+    def _grouped(self, reduce, partial=None) -> object:
+        return self._dataset._with(SortBy(self._keys, (False,) * len(self._keys), reduce, partial))
 
     def aggregate(self, *aggs: AggregateFn):
         """One row per group: the key columns, then one column per aggregation (named as Ray names it)."""
@@ -70,7 +70,7 @@ class GroupedData:
             return self._grouped(AggregateGroups(f"Aggregate[{label}]", CPU_TASK, keys=self._keys, aggs=aggs))
         partial = PartialAggregate(f"PartialAggregate[{label}]", CPU_TASK, keys=self._keys, aggs=aggs)
         reduce = AggregateGroups(f"Aggregate[{label}]", CPU_TASK, keys=self._keys, aggs=aggs, merge=True)
-        return self._dataset._with(SortBy(self._keys, (False,) * len(self._keys), reduce, partial))
+        return self._grouped(reduce, partial)
 
     def count(self):
         return self.aggregate(Count())

@@ -122,12 +122,12 @@ def cut(blocks: list[BlockRef], physical) -> tuple[int, list[list[BlockRef]], di
     total = sum(ref.num_rows for ref in blocks)
     if physical.rows_per_block is not None:
         n = max(1, math.ceil(total / physical.rows_per_block))
-        return n, *_slice_rows(blocks, [min(total, i * physical.rows_per_block) for i in range(n + 1)])
+        return n, *slice_rows(blocks, [min(total, i * physical.rows_per_block) for i in range(n + 1)])
     if physical.by_group:
         return _by_group(blocks)
     n = physical.num_blocks or max(1, len(blocks))  # None: one output block per input block (random_shuffle)
     if not physical.shuffle:
-        return n, *_slice_rows(blocks, [round(i * total / n) for i in range(n + 1)])
+        return n, *slice_rows(blocks, [round(i * total / n) for i in range(n + 1)])
     groups: list[list[BlockRef]] = [[] for _ in range(n)]
     sliced_from: dict[str, BlockRef] = {}
     for ref in blocks:
@@ -153,7 +153,7 @@ def _by_group(blocks: list[BlockRef]) -> tuple[int, list[list[BlockRef]], dict[s
     return n, groups, sliced_from
 
 
-def _slice_rows(blocks: list[BlockRef], bounds: list[int]) -> tuple[list[list[BlockRef]], dict[str, BlockRef]]:
+def slice_rows(blocks: list[BlockRef], bounds: list[int]) -> tuple[list[list[BlockRef]], dict[str, BlockRef]]:
     """For each output range [bounds[i], bounds[i+1]), the block slices that cover it; and
     the block each slice is cut from, by slice id."""
     groups: list[list[BlockRef]] = [[] for _ in bounds[:-1]]
