@@ -1,5 +1,6 @@
-"""Ray Data's ``ray.data.aggregate`` names: `Count`, `Sum`, `Min`, `Max`, `Mean`, `Std` and the
-accumulator-style `AggregateFn`, for ``groupby(...).aggregate(...)`` and ``Dataset.aggregate``.
+"""Ray Data's ``ray.data.aggregate`` names: `Count`, `Sum`, `Min`, `Max`, `Mean`, `Std`, `AbsMax`,
+`Quantile`, `Unique` and the accumulator-style `AggregateFn`, for ``groupby(...).aggregate(...)``
+and ``Dataset.aggregate``.
 
 Each names its output column as Ray does (``count()``, ``sum(x)``, ``mean(x)``; ``alias_name``
 overrides it) and follows Ray's null rules: with ``ignore_nulls=True`` (the default, but for
@@ -9,7 +10,9 @@ All run on executors (`worker/sorting.py`) over a task's key-sorted rows numbere
 (`worker/groups.py`): a map task computes every group's partial state (``states``), the
 groupby's reduce task merges the partials of each group and finishes them (``merged``), or
 without map-side partials computes the result from the rows (``compute``). The built-ins do
-each step for all groups at once with Arrow; an `AggregateFn` loops over the groups in Python.
+each step for all groups at once with Arrow (`Quantile` and `Unique` keep each group's values, or
+distinct values, as one list per group: `worker/groups.py`'s ``grouped_lists``); an `AggregateFn`
+loops over the groups in Python.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_streambatch.engine.worker.groups import Groups
+from airflow_streambatch.engine.worker.groups import Groups, grouped_lists
 
 VALID, NULLS = pc.CountOptions(mode="only_valid"), pc.CountOptions(mode="only_null")
 
@@ -106,7 +109,7 @@ class _OnColumn(AggregateFn):
         self.name = alias_name or f"{self.label}({on or ''})"
 
     def states(self, table, groups):
-        column = table.column(self.on)
+        column = self._values(table)
         value = [(column, self.function, None)] if self.function else []
         states = dict(zip(("valid", "nulls", self.function), groups.aggregate(
             (column, "count", VALID), (column, "count", NULLS), *value)))
@@ -135,6 +138,10 @@ class _OnColumn(AggregateFn):
 
     def _final(self, states: dict) -> pa.Array:
         return states[self.function]
+
+    def _values(self, table: pa.Table) -> pa.ChunkedArray:
+        """The values aggregated: the column ``on``."""
+        return table.column(self.on)
 
 
 class Count(_OnColumn):
@@ -212,4 +219,111 @@ class Std(_OnColumn):
         return pc.if_else(pc.less(count, 2.0), 0.0, spread)
 
 
-__all__ = ["AggregateFn", "Count", "Max", "Mean", "Min", "Std", "Sum"]
+class AbsMax(Max):
+    """The largest absolute value, as ``abs_max(x)`` (a max of ``abs(x)``, so partials merge as maxima);
+    the column's own type."""
+
+    label = "abs_max"
+
+    def _values(self, table):
+        column = table.column(self.on)
+        return column if pa.types.is_null(column.type) else pc.abs(column)
+
+
+def _plain(column: pa.ChunkedArray) -> pa.Array:
+    """Which values count: not null, and not NaN (Ray's ``is_null`` takes a NaN for a null)."""
+    plain = pc.is_valid(column)
+    if pa.types.is_floating(column.type):
+        plain = pc.and_(plain, pc.invert(pc.fill_null(pc.is_nan(column), True)))
+    return plain.combine_chunks() if isinstance(plain, pa.ChunkedArray) else plain
+
+
+class Quantile(_OnColumn):
+    """The ``q``-quantile (0.5: the median) as ``quantile(x)``, found as Ray finds it: over the group's
+    sorted values ``v`` at ``k = (n - 1) * q``, ``v[k]`` where ``k`` is whole, else
+    ``v[floor(k)] * (ceil(k) - k) + v[ceil(k)] * (k - floor(k))`` rounded to 5 decimals. Nulls and
+    NaNs (both nulls to Ray) are skipped, or with ``ignore_nulls=False`` make the result None.
+    Numbers give float64 (Ray gives the same number, an int where ``v[k]`` of ints needs no
+    interpolation); other sortable types (strings, dates) work where none is needed. The partial
+    state is the group's values, one list per group, so every value reaches the reduce task, as
+    every value reaches Ray's accumulator; all groups are sorted and cut at once."""
+
+    label = "quantile"
+
+    def __init__(self, on: str | None = None, q: float = 0.5, ignore_nulls: bool = True,
+                 alias_name: str | None = None):
+        super().__init__(on, ignore_nulls, alias_name)
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
+            raise ValueError(f"Quantile: q must be a number between 0 and 1, got {q!r}")
+        self.q = float(q)
+
+    def states(self, table, groups):
+        column = table.column(self.on).combine_chunks()
+        plain = _plain(column)
+        (valid,) = groups.aggregate((plain.cast(pa.int64()), "sum", None))
+        values = grouped_lists(groups.ids[plain.to_numpy(zero_copy_only=False)], column.filter(plain), groups.count)
+        return {"valid": valid, "nulls": pc.subtract(groups.sizes(), valid), "values": values}
+
+    def merge_states(self, states, groups):
+        valid, nulls = groups.aggregate((states["valid"], "sum", None), (states["nulls"], "sum", None))
+        values = grouped_lists(*groups.elements(states["values"]), groups.count)
+        return {"valid": valid, "nulls": nulls, "values": values}
+
+    def _final(self, states):
+        lists = states["values"]
+        sizes = pc.list_value_length(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+        values = pc.list_flatten(lists)
+        numeric = any(check(values.type) for check in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal))
+        kind = pa.float64() if numeric else values.type
+        if len(values) == 0:
+            return pa.nulls(len(sizes), kind)
+        k = np.maximum(sizes - 1, 0) * self.q
+        low, high = np.floor(k), np.ceil(k)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        last = len(values) - 1
+        at_low = values.take(pa.array(np.minimum(starts + low.astype(np.int64), last)))
+        blended = (low != high) & (sizes > 0)
+        if not numeric:
+            if blended.any():
+                raise TypeError(f"{self.name}: the quantile falls between two values of type {values.type}, which "
+                                "cannot be interpolated; use a column of numbers or a q that hits a value")
+            return at_low
+        at_high = values.take(pa.array(np.minimum(starts + high.astype(np.int64), last)))
+        out = at_low.cast(pa.float64()).to_numpy(zero_copy_only=False).copy()
+        mixed = out * (high - k) + at_high.cast(pa.float64()).to_numpy(zero_copy_only=False) * (k - low)
+        out[blended] = [round(x, 5) for x in mixed[blended].tolist()]  # Python's round, as Ray's
+        return pa.array(out, type=pa.float64())
+
+
+class Unique(AggregateFn):
+    """Each group's distinct values as one list, as ``unique(x)`` (Ray's output: a list per group).
+    ``ignore_nulls=False`` (Ray's default for `Unique`) keeps a null as one of the values; ``True``
+    drops nulls. The list is sorted (nulls last) where Ray's order is arbitrary. Each map task
+    sends its distinct values per group; the reduce task takes the distinct values of those."""
+
+    mergeable = True
+
+    def __init__(self, on: str | None = None, ignore_nulls: bool = False, alias_name: str | None = None):
+        if not isinstance(on, str):
+            raise ValueError(f"Unique: on= must name the column to aggregate, got {on!r}")
+        self.on, self.ignore_nulls = on, ignore_nulls
+        self.name = alias_name or f"unique({on})"
+
+    def states(self, table, groups):
+        return {"values": self._distinct(groups.ids, table.column(self.on), groups.count)}
+
+    def merged(self, states, groups):
+        return self._distinct(*groups.elements(states["values"]), groups.count)
+
+    def compute(self, table, groups):
+        return self.states(table, groups)["values"]
+
+    def _distinct(self, ids: np.ndarray, values, count: int) -> pa.ListArray:
+        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        if self.ignore_nulls and values.null_count:
+            keep = pc.is_valid(values)
+            ids, values = ids[keep.to_numpy(zero_copy_only=False)], values.filter(keep)
+        return grouped_lists(ids, values, count, distinct=True)
+
+
+__all__ = ["AbsMax", "AggregateFn", "Count", "Max", "Mean", "Min", "Quantile", "Std", "Sum", "Unique"]

@@ -6,11 +6,14 @@ its key range, so groups come out sorted by key, as Ray's do. An aggregate is pa
 map task reduces its rows to one row of partials per group, and the reduce task merges them
 (an `AggregateFn` without ``merge`` sends whole groups instead). ``key=None`` makes one group of
 every row (Ray's global aggregate): its one reduce task merges one row per map task.
+``map_groups``' resource arguments (``num_gpus``, ``concurrency``, ...) become the reduce tasks' own.
 """
 
 from __future__ import annotations
 
 from airflow_streambatch.engine.aggregate import AggregateFn, Count, Max, Mean, Min, Std, Sum
+from airflow_streambatch.engine.compute import concurrency_of
+from airflow_streambatch.engine.plan.logical import ResourceRequest
 from airflow_streambatch.engine.plan.sort import CPU_TASK, AggregateGroups, MapGroups, PartialAggregate, SortBy
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT
 
@@ -97,14 +100,24 @@ class GroupedData:
     def std(self, on=None, ddof: int = 1, ignore_nulls: bool = True):
         return self._each(Std, on, ddof=ddof, ignore_nulls=ignore_nulls)
 
-    def map_groups(self, fn, *, batch_format: str | None = DEFAULT_BATCH_FORMAT, fn_args=None, fn_kwargs=None,
-                   **unsupported):
+    def map_groups(self, fn, *, zero_copy_batch: bool = True, compute=None,
+                   batch_format: str | None = DEFAULT_BATCH_FORMAT, fn_args=None, fn_kwargs=None,
+                   fn_constructor_args=None, fn_constructor_kwargs=None, num_cpus: float | None = None,
+                   num_gpus: float | None = None, resources: dict[str, float] | None = None,
+                   concurrency: int | tuple | None = None, **unsupported):
         """``fn`` over each group's rows as one batch; its outputs, groups in key order. Runs in the
-        barrier's reduce tasks (one CPU each); Ray's ``compute``/``num_cpus``/``concurrency`` are refused."""
+        barrier's reduce tasks, which take Ray's resource arguments as ``map_batches`` takes them:
+        ``num_cpus``, ``num_gpus``, ``resources``, ``concurrency`` and ``compute``
+        (``ActorPoolStrategy`` for a class, built once per worker with ``fn_constructor_args``/
+        ``fn_constructor_kwargs``); by default one CPU each. Other remote args are refused."""
         if unsupported:
-            raise TypeError(f"map_groups: {sorted(unsupported)} not supported here; the groups run in the "
-                            "groupby's reduce tasks (one CPU each)")
-        check_columns(self._dataset, self._keys, "groupby")
+            raise TypeError(f"map_groups: {sorted(unsupported)} not supported here; the groups run in the groupby's "
+                            "reduce tasks, which take num_cpus, num_gpus, resources, concurrency and compute")
         name = f"MapGroups[{getattr(fn, '__name__', type(fn).__name__)}]"
-        return self._grouped(MapGroups(name, CPU_TASK, keys=self._keys, fn=fn, batch_format=batch_format,
-                                       fn_args=tuple(fn_args or ()), fn_kwargs=dict(fn_kwargs or {})))
+        concurrency = concurrency_of(name, fn, compute, concurrency)
+        request = ResourceRequest.make(name, num_cpus, num_gpus, resources, concurrency, fn)
+        check_columns(self._dataset, self._keys, "groupby")
+        return self._grouped(MapGroups(
+            name, request, keys=self._keys, fn=fn, batch_format=batch_format, fn_args=tuple(fn_args or ()),
+            fn_kwargs=dict(fn_kwargs or {}), fn_constructor_args=tuple(fn_constructor_args or ()),
+            fn_constructor_kwargs=dict(fn_constructor_kwargs or {}), zero_copy_batch=zero_copy_batch))

@@ -147,3 +147,35 @@ def test_the_numpy_boundary_search_agrees_with_the_key_comparison(descending):
         general = [_first_not_before(table, (b,), (descending,)) for b in boundaries]
         assert searchsorted_cuts(column, boundaries, descending) == general
     assert searchsorted_cuts(pa.chunked_array([pa.array([1.0, None])]), [1.0], False) is None  # nulls: general path
+
+
+def test_given_boundaries_cut_one_block_per_range_as_rays_do(ctx):
+    """Ray's ``sort(boundaries=)``: a row below boundary ``b`` goes to a block before ``b``'s, a row at or
+    above it to one after; descending, the blocks come highest first. (Ray's own example: 1,000 ids.)"""
+    cases = [(False, [100, 300, 500, 700, 900]), (True, [1, 998]), (False, [501.5]), (True, [900, 100, 500])]
+    for descending, boundaries in cases:
+        ds = _input().sort("id", descending=descending, boundaries=boundaries).materialize()
+        cuts = [0] + sorted(math.ceil(b) for b in boundaries) + [1000]  # ids below b: those < ceil(b)
+        expected = [list(range(lo, hi)) for lo, hi in zip(cuts, cuts[1:])]
+        if descending:
+            expected = [block[::-1] for block in expected[::-1]]
+        blocks = [batch["id"].tolist() for batch in ds.iter_batches(batch_size=None)]
+        assert blocks == expected, (descending, boundaries)
+
+
+def test_given_boundaries_keep_nulls_last_skip_empty_ranges_and_take_only_numbers(ctx):
+    rows = [{"v": v} for v in [5, None, 12, 7, 30, None, 25, 12]]
+    ds = rd.from_items(rows, override_num_blocks=3)
+
+    def blocks(sorted_ds):
+        return [batch["v"].to_pylist() for batch in sorted_ds.iter_batches(batch_size=None, batch_format="pyarrow")]
+
+    assert blocks(ds.sort("v", boundaries=[10, 20, 100])) == [[5, 7], [12, 12], [25, 30], [None, None]]
+    assert blocks(ds.sort("v", boundaries=[0, 10])) == [[5, 7], [12, 12, 25, 30, None, None]]  # none below 0
+    down = blocks(ds.sort("v", descending=True, boundaries=[10, 20]))
+    assert down == [[30, 25], [12, 12], [7, 5, None, None]]  # nulls sort last either way: in the last range
+    assert [row["id"] for row in rd.range(20).sort("id", boundaries=[]).take_all()] == list(range(20))  # sampled
+    with pytest.raises(ValueError, match="boundaries must be a list of numbers"):
+        rd.range(10).sort("id", boundaries=["a"])
+    with pytest.raises(ValueError, match="boundaries cut a column of numbers"):
+        rd.from_items([{"s": "a"}, {"s": "b"}]).sort("s", boundaries=[1]).take_all()

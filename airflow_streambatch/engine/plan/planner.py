@@ -88,6 +88,7 @@ class SortOp(RepartitionOp):
 
     keys: tuple[str, ...] = ()
     descending: tuple[bool, ...] = ()
+    boundaries: tuple | None = None  # given cut values of the first key (None: sampled)
 
 
 def _source(op: Read | InputBlocks) -> PhysicalOp:
@@ -121,8 +122,8 @@ def plan(logical: list[LogicalOp], fuse: bool = True) -> list[PhysicalOp]:
                                      transforms=[op.reduce] if op.reduce is not None else []))
         elif isinstance(op, SortBy):
             reduce = op.reduce_side()
-            ops.append(SortOp(reduce.name, num_blocks=None, transforms=[reduce], keys=op.keys,
-                              descending=op.descending))
+            ops.append(SortOp(reduce.name, compute=reduce.compute, num_blocks=None, transforms=[reduce], keys=op.keys,
+                              descending=op.descending, boundaries=op.boundaries))
         else:  # pragma: no cover - the Dataset API builds only the kinds above
             raise TypeError(f"unknown logical operator {op!r}")
     for op, name in zip(ops, unique_names([o.name for o in ops])):

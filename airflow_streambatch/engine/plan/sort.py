@@ -12,6 +12,7 @@ after it), so a reduce task sees whole groups. What the transforms run lives in
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,22 +60,30 @@ class AggregateGroups(Transform):
 
 @dataclass
 class MapGroups(Transform):
-    """A ``groupby(...).map_groups(fn)`` reduce task: ``fn`` over each group of its key range."""
+    """A ``groupby(...).map_groups(fn)`` reduce task: ``fn`` over each group of its key range. Its
+    ``compute`` (``num_cpus``, ``num_gpus``, ``resources``, ``concurrency``) is the reduce tasks'
+    request; a class ``fn`` is built once per worker, as for ``map_batches``."""
 
     keys: tuple[str, ...] = ()
     fn: Any = None
     batch_format: str | None = DEFAULT_BATCH_FORMAT
     fn_args: tuple = ()
     fn_kwargs: dict = field(default_factory=dict)
+    fn_constructor_args: tuple = ()
+    fn_constructor_kwargs: dict = field(default_factory=dict)
+    zero_copy_batch: bool = True  # Ray's default for map_groups: Arrow's own (read-only) memory
 
     def __post_init__(self):
         check_batch_format(self.batch_format, self.name)
         if not callable(self.fn):
             raise TypeError(f"{self.name}: fn must be callable, got {type(self.fn).__name__}")
+        if not inspect.isclass(self.fn) and (self.fn_constructor_args or self.fn_constructor_kwargs):
+            raise ValueError(f"{self.name}: fn_constructor_args/kwargs apply only when fn is a class")
+        if not isinstance(self.zero_copy_batch, bool):
+            raise TypeError(f"{self.name}: zero_copy_batch must be True or False, got {self.zero_copy_batch!r}")
 
     def apply(self, tables, env):
-        return sorting.map_groups(tables, self.keys, self.fn, self.batch_format, self.fn_args, self.fn_kwargs,
-                                  self.name)
+        return sorting.map_groups(tables, self, env)
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,7 @@ class SortBy:
     descending: tuple[bool, ...]
     reduce: Transform | None = field(default=None, hash=False, compare=False)
     map: Transform | None = field(default=None, hash=False, compare=False)  # None: sort each block by the key
+    boundaries: tuple | None = None  # ``sort(boundaries=)``: ranges cut at these values of the first key
 
     @property
     def label(self) -> str:

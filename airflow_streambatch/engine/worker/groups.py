@@ -90,3 +90,24 @@ class Groups:
         order = pc.sort_indices(out.column("group"))  # group_by lists groups as they first appear: already in order
         return [out.column(f"v{i}_{function}").take(order).combine_chunks()
                 for i, (_, function, _) in enumerate(specs)]
+
+    def elements(self, lists: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
+        """The values of a list per row (partial states), flattened, and the group of each value."""
+        lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        return np.repeat(self.ids, lengths), pc.list_flatten(lists)
+
+
+def grouped_lists(ids: np.ndarray, values: pa.Array, count: int, distinct: bool = False) -> pa.ListArray:
+    """One list per group ``0 .. count - 1`` of the ``values`` whose entry in ``ids`` is that group,
+    sorted ascending (nulls, then NaNs, last, as Arrow sorts); ``distinct``: each value once (nulls
+    count as one value, as do NaNs). A group without values gets an empty list. One sort (and for
+    ``distinct`` one hash grouping on (group, value)) for every group at once."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    table = pa.table({"group": pa.array(ids, type=pa.int64()), "value": values})
+    if distinct:
+        table = table.group_by(["group", "value"], use_threads=False).aggregate([])
+    table = table.sort_by([("group", "ascending"), ("value", "ascending")])
+    sizes = np.bincount(table.column("group").to_numpy(), minlength=count) if table.num_rows else np.zeros(count)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), table.column("value").combine_chunks())

@@ -11,13 +11,14 @@ last in either direction, as in Ray Data; the driver's boundary search
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_streambatch.engine.worker import batches
+from airflow_streambatch.engine.worker import batches, udf
 from airflow_streambatch.engine.worker.groups import Groups, group_starts
 
 
@@ -101,16 +102,20 @@ def aggregate_groups(tables: Iterator[pa.Table], keys: tuple[str, ...], aggs: tu
     yield pa.table(out)
 
 
-def map_groups(tables: Iterator[pa.Table], keys: tuple[str, ...], fn: Any, batch_format: str | None,
-               fn_args: tuple, fn_kwargs: dict, where: str) -> Iterator[pa.Table]:
-    """``fn`` over each group's rows as one batch of ``batch_format``, groups in key order."""
+def map_groups(tables: Iterator[pa.Table], transform: Any, env: udf.TaskEnv) -> Iterator[pa.Table]:
+    """``transform.fn`` (a `MapGroups`; a class: this worker's instance, `udf.py`) over each group's rows
+    as one batch of its ``batch_format``, groups in key order; a generator's outputs each in turn."""
     table = _joined(tables)
     if table is None:
         return
+    keys, where = transform.keys, transform.name
     _check_columns(table, keys, where)
     table = sort_table(table, keys, (False,) * len(keys))
+    fn = udf.udf_for(transform, env)
     for start, end in group_ranges(table, keys):
-        value = fn(batches.to_format(table.slice(start, end - start), batch_format), *fn_args, **fn_kwargs)
-        out = batches.from_udf_output(value, where)
-        if out.num_rows:
-            yield out
+        value = fn(udf.udf_batch(table.slice(start, end - start), transform), *transform.fn_args,
+                   **transform.fn_kwargs)
+        for item in (value if inspect.isgenerator(value) else [value]):
+            out = batches.from_udf_output(item, where)
+            if out.num_rows:
+                yield out

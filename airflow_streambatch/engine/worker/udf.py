@@ -262,3 +262,7 @@ def gpu_env(gpu_ids: tuple[str, ...], local: bool = False) -> None:
             os.environ["CUDA_VISIBLE_DEVICES"] = inherited
         else:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+
+# For other transforms that call a user's function as ``map_batches`` does (``map_groups``, `sorting.py`).
+udf_for, udf_batch = _udf, _udf_batch

@@ -3,11 +3,12 @@
 Its input blocks arrive sorted by the key (the map-side sort fused upstream, `plan/sort.py`).
 Once all are in, as Ray Data's sort does, it samples the keys of every block, takes as
 boundaries the keys at ``i / n`` of the sorted sample (``n``: one range per non-empty input
-block, as Ray makes one output block per input block), and finds where each block crosses
-each boundary (NumPy's ``searchsorted`` for one key of numbers or strings, else a binary
-search). A range is then made of row slices of every block (no data moves in the driver), and
-its reduce task merges them (or aggregates their groups). Rows whose key equals a boundary all
-go to the range after it, so a group of equal keys is never split.
+block, as Ray makes one output block per input block), or takes ``sort(boundaries=)``'s values
+(`given_cuts`), and finds where each block crosses each boundary (NumPy's ``searchsorted`` for
+one key of numbers or strings, else a binary search). A range is then made of row slices of
+every block (no data moves in the driver), and its reduce task merges them (or aggregates
+their groups). Rows whose key equals a boundary all go to the range after it, so a group of
+equal keys is never split.
 
 What the driver reads: the key columns of the sorted blocks, one block at a time, through the
 run's block access. In local mode the blocks are memory-mapped and only the key columns' pages
@@ -40,7 +41,8 @@ class SortOperator(RepartitionOperator):
         return sorted(self.inputs, key=lambda ref: ref.order)  # the same cut on every run
 
     def _cut(self, blocks: list[BlockRef]) -> tuple[int, list[list[BlockRef]], dict[str, BlockRef]]:
-        return range_cut(blocks, self.physical.keys, self.physical.descending, self.read_block)
+        return range_cut(blocks, self.physical.keys, self.physical.descending, self.read_block,
+                         self.physical.boundaries)
 
 
 def compare_keys(a: tuple, b: tuple, descending: tuple[bool, ...]) -> int:
@@ -62,12 +64,17 @@ def _rank(value) -> int:
 
 
 def range_cut(blocks: list[BlockRef], keys: tuple[str, ...], descending: tuple[bool, ...],
-              read: Callable[[BlockRef], pa.Table]) -> tuple[int, list[list[BlockRef]], dict[str, BlockRef]]:
-    """The number of ranges, the slices of each (in block order), and the block each slice is cut from."""
+              read: Callable[[BlockRef], pa.Table], given: tuple | None = None,
+              ) -> tuple[int, list[list[BlockRef]], dict[str, BlockRef]]:
+    """The number of ranges, the slices of each (in block order), and the block each slice is cut from.
+    ``given``: ``sort(boundaries=)``'s values, cut at instead of sampled ones (`given_cuts`)."""
     filled = [ref for ref in blocks if ref.num_rows]
     if not keys or not filled:  # a global aggregate, or no rows: one range takes everything
         sliced_from = {ref.block_id: ref for ref in blocks}
         return 1, [list(blocks)], sliced_from
+    if given is not None:
+        cuts = {ref.block_id: given_cuts(read(ref).column(keys[0]), given, descending[0], keys[0]) for ref in filled}
+        return len(given) + 1, *_sliced(filled, cuts, len(given) + 1)
     columns = {ref.block_id: read(ref).select(list(keys)) for ref in filled}
     order = functools.cmp_to_key(lambda a, b: compare_keys(a, b, descending))
     sample = sorted((key for j, ref in enumerate(filled) for key in _sample(columns[ref.block_id], j)), key=order)
@@ -77,17 +84,41 @@ def range_cut(blocks: list[BlockRef], keys: tuple[str, ...], descending: tuple[b
         candidate = sample[min(len(sample) - 1, i * len(sample) // n)]
         if not boundaries or compare_keys(boundaries[-1], candidate, descending) < 0:
             boundaries.append(candidate)
-    groups: list[list[BlockRef]] = [[] for _ in range(len(boundaries) + 1)]
+    cuts = {ref.block_id: _cuts(columns[ref.block_id], boundaries, descending) for ref in filled}
+    return len(boundaries) + 1, *_sliced(filled, cuts, len(boundaries) + 1)
+
+
+def _sliced(blocks: list[BlockRef], cuts: dict[str, list[int]], n: int
+            ) -> tuple[list[list[BlockRef]], dict[str, BlockRef]]:
+    """Each of ``n`` ranges as the slices of the blocks between their cuts, and each slice's block."""
+    groups: list[list[BlockRef]] = [[] for _ in range(n)]
     sliced_from: dict[str, BlockRef] = {}
-    for ref in filled:
-        column = columns[ref.block_id]
-        bounds = [0] + _cuts(column, boundaries, descending) + [ref.num_rows]
+    for ref in blocks:
+        bounds = [0] + cuts[ref.block_id] + [ref.num_rows]
         for j, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
             if lo < hi:
                 piece = ref.slice(lo, hi - lo)
                 groups[j].append(piece)
                 sliced_from[piece.block_id] = ref
-    return len(groups), groups, sliced_from
+    return groups, sliced_from
+
+
+def given_cuts(column: pa.ChunkedArray, boundaries: tuple, descending: bool, key: str) -> list[int]:
+    """Where a block sorted by ``key`` crosses each of ``sort(boundaries=)``'s values, as Ray cuts: a row
+    whose key is below boundary ``b`` sorts into a range before ``b``'s, a row at or above it into one
+    after (range ``i`` holds ``[b[i-1], b[i])``); descending, the ranges come highest first. Nulls and
+    NaNs sort last, so they fall into the last range either way."""
+    kind = column.type
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        raise ValueError(f"sort(boundaries=...): the key column {key!r} holds {kind}; boundaries cut a column of "
+                         "numbers (integers or floats), as in Ray Data")
+    plain = column.slice(0, len(column) - column.null_count).to_numpy()
+    if pa.types.is_floating(kind):
+        plain = plain[: len(plain) - int(np.isnan(plain).sum())]  # NaNs sort after the numbers
+    if not descending:
+        return [int(c) for c in np.searchsorted(plain, np.asarray(boundaries), side="left")]
+    at_or_above = len(plain) - np.searchsorted(plain[::-1], np.asarray(boundaries[::-1]), side="left")
+    return [int(c) for c in at_or_above]
 
 
 def _row(table: pa.Table, i: int) -> tuple:
