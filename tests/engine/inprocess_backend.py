@@ -83,15 +83,17 @@ class InProcessBackend:
         pass
 
 
-def run_in_process(ds, slots: int = 2, before_read=None, started=None) -> tuple[list[dict], StreamingExecutor]:
-    """Run ``ds`` as `Dataset` does, on `InProcessBackend` with ``slots`` CPU slots: its rows
-    in arrival order, and the executor (its ``parts``, ``stats`` and backend) once it ended.
+def run_in_process(ds, slots: int = 2, before_read=None, started=None,
+                   resources: dict[str, float] | None = None) -> tuple[list[dict], StreamingExecutor]:
+    """Run ``ds`` as `Dataset` does, on `InProcessBackend` with ``slots`` CPU slots (``resources``:
+    these slots instead, ``slots`` then counting Spark task slots): its rows in arrival order,
+    and the executor (its ``parts``, ``stats`` and backend) once it ended.
     ``before_read(ref)`` is called with each output block before the consumer reads it, ``started(executor)``
     once the run started."""
     ctx: DataContext = ds.context
     executor = StreamingExecutor(plan(with_dead_letters(list(ds._logical), ctx.on_row_error),
                                       ctx.enable_operator_fusion), ctx)
-    runtime = Runtime(control_server(None, ctx), ResourcePool({"CPU": slots}, task_slots=slots),
+    runtime = Runtime(control_server(None, ctx), ResourcePool(resources or {"CPU": slots}, task_slots=slots),
                       host_agents=False, backend=InProcessBackend)
     executor.start(runtime)
     if started is not None:

@@ -155,7 +155,7 @@ class StreamingExecutor:
                             self.stats.launch_log, self.blocks, host_agents=runtime.host_agents,
                             label=self.partitions.label)
         flow = BlockFlow(operators, BlockLedger(memory, operators, self.blocks), self.partitions, self.outputs,
-                         running_orders=launcher.running_orders)
+                         running_orders=launcher.running_orders, silent_tasks=launcher.silent_tasks)
         operators[0].start(flow, self.partitions, self.committer, self.skipped)
         completions = Completions(ctx, flow, self.partitions, self.lineage, launcher, grants, self.blocks)
         liveness = Liveness(ctx, streams, backend, policy)

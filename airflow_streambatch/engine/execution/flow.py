@@ -22,8 +22,10 @@ from airflow_streambatch.engine.protocol.blocks import BlockRef
 
 class BlockFlow:
     def __init__(self, operators: list[Operator], ledger: BlockLedger, partitions: PartitionTracker,
-                 outputs: queue.Queue, running_orders: Callable[[int], list[Order]] = lambda index: []):
-        """``running_orders``: the input-order places of an operator's running tasks (`Launcher.running_orders`)."""
+                 outputs: queue.Queue, running_orders: Callable[[int], list[Order]] = lambda index: [],
+                 silent_tasks: Callable[[int], int] = lambda index: 0):
+        """``running_orders``: the input-order places of an operator's running tasks (`Launcher.running_orders`);
+        ``silent_tasks``: how many of its running tasks have written nothing yet (`Launcher.silent_tasks`)."""
         self.operators = operators
         self.ledger = ledger
         self.partitions = partitions
@@ -33,6 +35,7 @@ class BlockFlow:
             ends = [op.index for op in operators if isinstance(op, LimitOperator)] + [len(operators)]
             self.gates = {index: OrderGate(index) for index in ends}
         self.running_orders = running_orders
+        self.silent_tasks = silent_tasks
 
     def holds(self, path: str) -> bool:
         """Whether a block of the run still uses the file at ``path`` (a replay writes it again)."""
@@ -109,6 +112,19 @@ class BlockFlow:
         running = [place for op in self.operators[start:index] for place in self.running_orders(op.index)]
         held = [gate.held() for i, gate in self.gates.items() if start < i < index]
         return min_order(pending, running, held)
+
+    def blocks_to_come(self, index: int) -> int:
+        """About how many blocks will reach operator ``index`` soon, besides those queued there: one
+        for each task of the nearest upstream operator that runs tasks that is running and has
+        written nothing yet, or is ready to start (a barrier's cut ranges, queued blocks, retries).
+        An operator that cuts blocks for idle slots counts these first: W8 #5's repartition emitted
+        two blocks a moment apart, and the model cut the first for the slot the second would take."""
+        count = 0
+        for op in reversed(self.operators[:index]):
+            count += op.ready_tasks() + self.silent_tasks(op.index)
+            if op.runs_tasks:
+                break
+        return count
 
     def propagate_done(self) -> None:
         for upstream, op in zip(self.operators, self.operators[1:]):

@@ -118,6 +118,12 @@ class Launcher:
         """The input-order places of operator ``op_index``'s running tasks (`flow.py`'s order gates wait for them)."""
         return [spec.order for launch in self.launches.values() for spec in launch.running(op_index)]
 
+    def silent_tasks(self, op_index: int) -> int:
+        """Tasks of operator ``op_index`` handed out whose output has not begun to arrive: each
+        is a block on its way downstream (`flow.BlockFlow.blocks_to_come`)."""
+        return sum(1 for launch in self.launches.values() for spec in launch.running(op_index)
+                   if not self.grants.streamed(op_index, spec.task_key))
+
     def can_run(self, launch_id: int, op: Operator) -> bool:
         """Whether a partition of the launch may run tasks of ``op``: Spark placed it by its
         launching operator's resources, so only an operator that asks for the same may use it.
@@ -201,8 +207,12 @@ class Launcher:
         """A Spark partition ran its tasks: their results in spec order; its slot is free
         again until `extend` hands it more. Results are None when Spark lost the attempt
         that ran them and this is its rerun; the call is None when it comes from an
-        attempt Spark gave up on."""
-        spark_partition = self.launches[check_in.launch_id].parts[check_in.part]
+        attempt Spark gave up on, or from a job that already ended (it failed while this
+        partition ran: `finish` took its tasks back, and they run again)."""
+        launch = self.launches.get(check_in.launch_id)
+        if launch is None:
+            return None
+        spark_partition = launch.parts[check_in.part]
         if check_in.attempt < spark_partition.attempt:
             return None
         lost = check_in.attempt > spark_partition.attempt
