@@ -2,23 +2,21 @@
 
 Each is built from the engine's own operators (a ``map_batches`` over whole blocks,
 run on the executors) and consumers, so it streams, retries and recovers like any
-pipeline. Aggregates reduce every block to one row of partial results on the
-executors; the driver only combines those rows.
+pipeline. ``sum``/``min``/``max``/``mean``/``std`` are ``Dataset.aggregate`` with the
+`aggregate` module's built-ins, as in Ray: partials per map task, merged in a reduce task.
 """
 
 from __future__ import annotations
 
-import math
-import pickle
 import zlib
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_streambatch.engine.aggregate import Max, Mean, Min, Std, Sum
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, from_udf_output, to_format
 from airflow_streambatch.engine.transform_args import check_sample
 
@@ -57,35 +55,37 @@ class DatasetMethods:
 
     # -- aggregates -----------------------------------------------------------------
     def sum(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
-        return self._aggregate("sum", on, ignore_nulls)
+        return self._aggregate_on(Sum, on, ignore_nulls=ignore_nulls)
 
     def min(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
-        return self._aggregate("min", on, ignore_nulls)
+        return self._aggregate_on(Min, on, ignore_nulls=ignore_nulls)
 
     def max(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
-        return self._aggregate("max", on, ignore_nulls)
+        return self._aggregate_on(Max, on, ignore_nulls=ignore_nulls)
 
     def mean(self, on: str | list[str] | None = None, ignore_nulls: bool = True):
-        return self._aggregate("mean", on, ignore_nulls)
+        return self._aggregate_on(Mean, on, ignore_nulls=ignore_nulls)
 
     def std(self, on: str | list[str] | None = None, ddof: int = 1, ignore_nulls: bool = True):
-        return self._aggregate("std", on, ignore_nulls, ddof)
+        return self._aggregate_on(Std, on, ddof=ddof, ignore_nulls=ignore_nulls)
 
-    def _aggregate(self, name: str, on, ignore_nulls: bool, ddof: int = 1):
-        """One column named: its value; a list (or None: every column): ``{"name(col)": value}``.
-        None for a dataset without rows, as Ray Data returns; with ``ignore_nulls=False`` a null
-        makes the result None."""
-        cols = _names(on, name) if on is not None else None
-        partials = self.map_batches(partial(_partials, cols=cols), **_ARROW)
-        merged: dict[str, _Moments] = {}
-        for table in partials._iter_tables():
-            for row in table.to_pylist():  # pickled by this run's own tasks
-                merged.setdefault(row["column"], _Moments()).merge(pickle.loads(row["moments"]))  # noqa: S301
-        if not merged and cols is None:
-            return None
-        results = {f"{name}({col})": merged.get(col, _Moments()).result(name, ignore_nulls, ddof)
-                   for col in (cols or list(merged))}
-        return next(iter(results.values())) if isinstance(on, str) else results
+    def _aggregate_on(self, kind: type, on, **options):
+        """``Dataset.aggregate`` of one ``kind`` (`aggregate.Sum`, ...) per column, as Ray's ``sum`` & co.
+        build theirs: ``on`` a column or a list, or None for every column of the schema (which, as in
+        Ray, runs the pipeline to its first block unless the schema is known). Ray's shapes: one
+        aggregate gives its value, several ``{"sum(col)": value}``; None for a dataset without rows
+        (or without a schema); with ``ignore_nulls=False`` a null makes a value None."""
+        if on is None:
+            schema = self.schema()
+            if schema is None or not schema.names:
+                return None
+            cols = list(schema.names)
+        else:
+            cols = _names(on, kind.label)
+        result = self.aggregate(*(kind(col, **options) for col in cols))
+        if result is not None and len(result) == 1:
+            return next(iter(result.values()))
+        return result
 
     def unique(self, column: str) -> list:
         """The distinct values of ``column`` (each block reduced on the executors first)."""
@@ -209,50 +209,3 @@ def _sample(table: pa.Table, fraction: float, seed: int | None) -> pa.Table:
 
 def _unique(table: pa.Table, column: str) -> pa.Table:
     return pa.table({column: pc.unique(table.column(column))})
-
-
-class _Moments:
-    """Partial aggregates of one column that merge exactly (Chan et al.'s update for the variance)."""
-
-    def __init__(self, count=0, nulls=0, total=None, mean=0.0, m2=0.0, low=None, high=None):
-        self.count, self.nulls, self.total, self.mean, self.m2, self.low, self.high = (
-            count, nulls, total, mean, m2, low, high)
-
-    def merge(self, other: _Moments) -> None:
-        if other.count:
-            n = self.count + other.count
-            delta = other.mean - self.mean
-            self.m2 += other.m2 + delta * delta * self.count * other.count / n
-            self.mean += delta * other.count / n
-            self.total = other.total if self.total is None else self.total + other.total
-            self.low = other.low if self.low is None else min(self.low, other.low)
-            self.high = other.high if self.high is None else max(self.high, other.high)
-            self.count = n
-        self.nulls += other.nulls
-
-    def result(self, name: str, ignore_nulls: bool, ddof: int) -> Any:
-        if (self.nulls and not ignore_nulls) or self.count == 0:
-            return None
-        if name == "std":
-            return math.sqrt(self.m2 / (self.count - ddof)) if self.count > ddof else None
-        return {"sum": self.total, "min": self.low, "max": self.high, "mean": self.mean}[name]
-
-
-def _partials(table: pa.Table, cols: list[str] | None) -> pa.Table:
-    rows = []
-    for col in cols or table.column_names:
-        _check_present(table, [col], "aggregate")
-        column = table.column(col)
-        values = pc.drop_null(column)
-        count = len(values)
-        numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
-        mean = pc.mean(values).as_py() if count and numeric else 0.0
-        m2 = float(pc.sum(pc.power(pc.subtract(pc.cast(values, pa.float64()), mean), 2)).as_py() or 0.0) \
-            if count and numeric else 0.0
-        moments = _Moments(count, column.null_count, pc.sum(values).as_py() if numeric else None, mean, m2,
-                           pc.min(values).as_py() if count else None, pc.max(values).as_py() if count else None)
-        rows.append({"column": col, "moments": pickle.dumps(moments)})  # min/max of any type, one schema
-    return pa.Table.from_pylist(rows, schema=_PARTIALS)
-
-
-_PARTIALS = pa.schema([("column", pa.string()), ("moments", pa.binary())])

@@ -6,10 +6,13 @@ Ray prints the operators last first, each under the one after it, down to the so
     +- Dataset(num_rows=10, schema={id: int64})
 
 and ``MaterializedDataset(num_blocks=3, num_rows=10, schema={id: int64})`` for a dataset whose
-blocks exist. A number of rows is known for ``range``/``from_items`` and existing blocks
-(``?`` otherwise, as in Ray); a schema for ``range``, for the output of a source that already
-ran here (``_known_schema``), or from the header of a local block file ("Unknown schema"
-otherwise, as in Ray). Nothing is planned on Spark, nothing read but a block's schema.
+blocks exist. A number of rows is known for ``range``/``from_items``, existing blocks and a
+``read_parquet`` (its footers' row counts, without a row ``filter=``; ``?`` otherwise, as in Ray);
+a schema for ``range``, for the output of a source that already ran here (``_known_schema``), from
+a ``read_parquet``'s first footer (`parquet_meta.parquet_meta_schema`: the schema its read tasks give, as Ray
+shows it from Parquet metadata), or from the header of a local block file ("Unknown schema"
+otherwise, as Ray shows CSV, JSON, text and binary reads). Nothing is planned on Spark; nothing
+read but footers and a block's schema, and a footer that cannot be read leaves ``?``.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ def _op_name(op) -> str | None:
 def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int) -> str:
     rows, blocks = "?", None
     if isinstance(source, Read):
-        rows = "?" if source.datasource.num_rows is None else source.datasource.num_rows
-        if schema is None and source.datasource.name == "Range":
-            schema = pa.schema([("id", pa.int64())])
+        known_rows, known_schema = _from_metadata(source.datasource)
+        rows = "?" if known_rows is None else known_rows
+        if schema is None:
+            schema = known_schema
     elif isinstance(source, InputBlocks):
         rows = sum(ref.num_rows for ref in source.blocks)
         blocks = len(source.blocks) if classname == "MaterializedDataset" else None
@@ -61,6 +65,18 @@ def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int) -
         return one_line
     pad = INDENT * depth
     return f"{classname}(" + ",".join(f"\n{pad}{INDENT}{p}" for p in params) + f"\n{pad})"
+
+
+def _from_metadata(datasource) -> tuple[int | None, pa.Schema | None]:
+    """A source's rows and schema as known before reading; a listing or footer that fails (a path
+    that is gone) leaves them unknown here: the run reports it, a repr never raises."""
+    if datasource.name == "Range":
+        return datasource.num_rows, pa.schema([("id", pa.int64())])
+    try:
+        rows = datasource.num_rows if datasource.meta_rows is None else datasource.meta_rows()
+        return rows, None if datasource.meta_schema is None else datasource.meta_schema()
+    except (OSError, ValueError, pa.ArrowException):
+        return None, None
 
 
 def _block_schema(blocks) -> pa.Schema | None:

@@ -76,7 +76,7 @@ def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema, 
     differs from ``reference``'s fails, naming both; tables are about ``READ_BATCH_ROWS``.
     """
     constants = opts.constant_columns(fragment.path, expected.names)
-    schema = pa.schema([*expected, *(f for f, _ in constants)])
+    schema = scan_schema(expected, constants)
     known = pc.scalar(True)
     for f, value in constants:
         known = known & (pc.field(f.name) == value)
@@ -91,7 +91,7 @@ def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema, 
             raise ValueError(f"row group {groups[-1]} asked for, but the file has only {piece.num_row_groups} "
                              "(it was rewritten after it was partitioned)")
         piece = piece.subset(row_group_ids=groups)
-    wanted = None if columns is None else list(dict.fromkeys([*columns, *(["path"] if opts.include_paths else [])]))
+    wanted = wanted_columns(columns, opts)
     check_selected(wanted, schema.names, where, fragment.path)
     if row_filter is not None:
         bind_filter(row_filter, schema, where, fragment.path)
@@ -109,3 +109,27 @@ def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema, 
             pending, rows = [], 0
     if pending:
         yield pa.Table.from_batches(pending)
+
+
+def scan_schema(file_schema: pa.Schema, constants: list) -> pa.Schema:
+    """What the scan of one file gives before ``columns``: its columns, then the constants
+    `FileOptions.constant_columns` adds (partition values, the path)."""
+    return pa.schema([*file_schema, *(f for f, _ in constants)])
+
+
+def wanted_columns(columns: list[str] | None, opts: FileOptions) -> list[str] | None:
+    """The scan's projection: ``columns`` (None: all), with ``path`` after them under ``include_paths``."""
+    return None if columns is None else list(dict.fromkeys([*columns, *(["path"] if opts.include_paths else [])]))
+
+
+def read_schema(file_schema: pa.Schema, path: str, opts: FileOptions, columns: list[str] | None) -> pa.Schema | None:
+    """The schema `read_row_groups` gives a file of ``file_schema`` at ``path``, known from its footer
+    alone (``repr`` of a Parquet read); None where ``columns`` names a column the scan lacks (the read
+    fails naming it)."""
+    full = scan_schema(file_schema, opts.constant_columns(path, file_schema.names))
+    wanted = wanted_columns(columns, opts)
+    if wanted is None:
+        return full
+    if any(name not in full.names for name in wanted):
+        return None
+    return pa.schema([full.field(name) for name in wanted])

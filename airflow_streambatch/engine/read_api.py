@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import check_positive_int
-from airflow_streambatch.engine.meta_count import parquet_meta_rows
+from airflow_streambatch.engine.parquet_meta import parquet_meta_rows, parquet_meta_schema
 from airflow_streambatch.engine.metadata_providers import check_meta_provider
 from airflow_streambatch.engine.plan.datasource import (
     READ_BATCH_ROWS,
@@ -44,6 +44,7 @@ from airflow_streambatch.engine.read_formats import (
 from airflow_streambatch.engine.parquet_ranges import read_row_groups, row_groups_in
 from airflow_streambatch.engine.path_args import FileOrder, check_shuffle, normalize_path, normalize_paths
 from airflow_streambatch.engine.read_pruning import bind_filter, check_columns, check_filter, prune_source
+from airflow_streambatch.engine.read_resources import with_read_resources
 from airflow_streambatch.engine.read_options import HIVE, TEXT_DEFAULTS, FileOptions, file_options
 
 
@@ -77,6 +78,7 @@ def _open(path: str):
     return fs.open_input_file(inner)
 
 
+@with_read_resources
 def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, filter=None,  # noqa: A002 - Ray's name
                  partitioning=HIVE, include_paths: bool = False, file_extensions: list[str] | None = None,
                  partition_filter=None, shuffle=None, override_num_blocks: int | None = None,
@@ -105,8 +107,10 @@ def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, fi
         return file_datasource("Parquet", listed, suffixes, reader, row_groups_in(opts),
                                listing=opts.listing()).plan(slots, override, target_bytes)
 
-    footers = parquet_meta_rows(paths, suffixes, opts, row_filter)  # count() without a run (`meta_count.py`)
-    return Dataset([Read(_file_source(Datasource("Parquet", plan, meta_rows=footers), paths), override_num_blocks)])
+    # what the footers tell without a run: count()'s rows and repr's schema (`parquet_meta.py`)
+    source = Datasource("Parquet", plan, meta_rows=parquet_meta_rows(paths, suffixes, opts, row_filter),
+                        meta_schema=parquet_meta_schema(paths, suffixes, opts, columns))
+    return Dataset([Read(_file_source(source, paths), override_num_blocks)])
 
 
 def read_fragments(fragments: list[Fragment], input_format: str = "parquet", *, columns: list[str] | None = None,
@@ -182,6 +186,7 @@ def _first_readable(files: list[str], schema_of, kind: str, opener=_open) -> tup
     raise OSError(f"no readable {kind} file among the inputs:\n" + "\n".join(problems))
 
 
+@with_read_resources
 def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = None, partitioning=HIVE,
              include_paths: bool = False, ignore_missing_paths: bool = False,
              file_extensions: list[str] | None = None, override_num_blocks: int | None = None,
@@ -262,6 +267,7 @@ def _csv_batches(stream):
         yield batch
 
 
+@with_read_resources
 def read_json(paths, *, lines: bool = False, filesystem=None, arrow_open_stream_args: dict | None = None,
               partitioning=HIVE, include_paths: bool = False, ignore_missing_paths: bool = False,
               file_extensions: list[str] | None = None, override_num_blocks: int | None = None,
@@ -298,6 +304,7 @@ def _json_reader(lines: bool, opts: FileOptions, json_args: dict | None = None):
     return reader
 
 
+@with_read_resources
 def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = True, filesystem=None,
               arrow_open_stream_args: dict | None = None, partitioning=None, include_paths: bool = False,
               ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
@@ -338,6 +345,7 @@ def _text_reader(encoding: str, drop_empty_lines: bool, opts: FileOptions = TEXT
     return reader
 
 
+@with_read_resources
 def read_binary_files(paths, *, include_paths: bool = True, filesystem=None,
                       arrow_open_stream_args: dict | None = None, partitioning=None,
                       ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,

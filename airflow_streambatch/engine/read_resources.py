@@ -3,7 +3,8 @@
 `ResourceRequest`.
 
 Why a module of its own: Ray takes the same arguments on every ``read_*`` function and on
-``read_datasource``, and merges them the same way (``merge_resources_to_ray_remote_args``: an
+``read_datasource`` (its file reads hand them to ``read_datasource``; here `with_read_resources`
+adds them to each built-in ``read_*``), and merges them the same way (``merge_resources_to_ray_remote_args``: an
 explicit ``num_cpus=`` wins over ``ray_remote_args["num_cpus"]``). What carries over to Spark is
 what the scheduler here can honour: slots per read task (CPU, GPU and custom ``resources``), and
 a cap on read tasks running at once (``concurrency``; a ``TaskPoolStrategy``/``ActorPoolStrategy``
@@ -16,11 +17,14 @@ is a ``ValueError`` naming it, as Ray's is.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import math
 
 from airflow_streambatch.engine.compute import ActorPoolStrategy, TaskPoolStrategy
 from airflow_streambatch.engine.errors import check_positive_int
-from airflow_streambatch.engine.plan.logical import ResourceRequest
+from airflow_streambatch.engine.plan.logical import Read, ResourceRequest
 
 # what ``ray.remote`` takes for a task (Ray's ``task_options``)
 RAY_TASK_OPTIONS = frozenset({
@@ -70,3 +74,36 @@ def _read_cap(where: str, concurrency, compute) -> int | None:
     if isinstance(compute, ActorPoolStrategy):
         return None if compute.max_size == math.inf else int(compute.max_size)
     raise ValueError(f"{where}: compute must be a TaskPoolStrategy or an ActorPoolStrategy, got {compute!r}")
+
+
+READ_RESOURCE_ARGS = ("num_cpus", "num_gpus", "memory", "ray_remote_args", "concurrency")  # Ray's file reads' own
+
+
+def with_read_resources(read_fn):
+    """``read_fn`` (a built-in ``read_*``) taking Ray's ``num_cpus=``, ``num_gpus=``, ``memory=``,
+    ``ray_remote_args=`` and ``concurrency=`` as Ray's file reads take them (no ``compute=``: Ray's
+    file reads have none): checked by `read_request` under the function's name before anything
+    is listed, then set as the request of the dataset's read tasks. Nothing is read here."""
+    where = read_fn.__name__
+
+    @functools.wraps(read_fn)
+    def read(*args, num_cpus=None, num_gpus=None, memory=None, ray_remote_args=None, concurrency=None, **kwargs):
+        request = read_request(where, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
+                               ray_remote_args=ray_remote_args, concurrency=concurrency)
+        dataset = read_fn(*args, **kwargs)
+        if request is None:
+            return dataset
+        source, *rest = dataset._logical
+        if not isinstance(source, Read):
+            raise TypeError(f"{where}: with_read_resources needs a dataset that starts with a Read")
+        return type(dataset)([dataclasses.replace(source, compute=request), *rest], dataset._context)
+
+    signature = inspect.signature(read_fn)
+    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in READ_RESOURCE_ARGS]
+    params += [p for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD]
+    read.__signature__ = signature.replace(parameters=params)
+    read.__doc__ = (read_fn.__doc__ or "") + (
+        "\n\n    Ray's ``num_cpus``, ``num_gpus``, ``memory``, ``ray_remote_args`` and ``concurrency``: each read "
+        "task's slots\n    and a cap on read tasks running at once (`read_resources.with_read_resources`).")
+    return read

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 import airflow_streambatch.engine as rd
+from airflow_streambatch.engine.aggregate import Min, Std
 
 
 def test_from_pandas_arrow_numpy_and_blocks_make_one_block_per_input_in_order(ctx):
@@ -67,6 +68,20 @@ def test_global_aggregates_match_numpy_and_follow_rays_shapes(ctx):
     with_null = rd.from_items([{"v": 1.0}, {"v": None}, {"v": 3.0}])
     assert with_null.mean("v") == 2.0 and with_null.mean("v", ignore_nulls=False) is None
     assert math.isclose(rd.from_items([{"v": 5}]).mean("v"), 5)
+
+
+def test_global_aggregates_are_rays_aggregate_with_its_shapes(ctx):
+    """Issue 32: ``sum``/``min``/``max``/``mean``/``std`` are ``Dataset.aggregate`` with `aggregate`'s
+    built-ins, as Ray's are: one aggregate is a value (``on=None`` over one column, or a list of one),
+    several a dict; None without rows; ``std`` of one value 0.0 (Ray's `Std`), as ``groupby`` gives."""
+    ds = rd.from_items([{"x": 1.0, "s": "b"}, {"x": 3.0, "s": "a"}, {"x": None, "s": "c"}], override_num_blocks=3)
+    assert rd.range(10).sum() == 45 and rd.range(10).max(["id"]) == 9  # Ray's _aggregate_result: one -> a value
+    assert ds.min() == ds.aggregate(Min("x"), Min("s")) == {"min(x)": 1.0, "min(s)": "a"}
+    assert ds.std(["x"]) == ds.aggregate(Std("x"))["std(x)"] == pytest.approx(math.sqrt(2))
+    assert ds.mean("x", ignore_nulls=False) is None and ds.sum(["x"], ignore_nulls=False) is None
+    assert rd.from_items([{"v": 5}]).std("v") == 0.0 == rd.from_items([{"v": 5}]).groupby(None).std("v").take_all()[
+        0]["std(v)"]
+    assert rd.from_items([]).max() is None and ds.filter(lambda row: False).max(["x", "s"]) is None
 
 
 def test_consumers_take_batch_to_pandas_to_arrow_size_and_blocks(ctx):

@@ -1,8 +1,10 @@
 """What Ray Data knows without running a dataset (issue 32): ``count()`` from metadata (a bare
 ``read_parquet``'s footers, on local files and the moto S3 server; ``range``; ``from_items``; a
-materialized dataset), ``read_datasource``'s resource arguments applied to its read tasks, and
-``input_files()`` leaving a reseeded file shuffle's next order alone. On real local Spark; "no run"
-is checked twice: the dataset has no last run, and Spark started no job."""
+materialized dataset), ``repr(ds)`` of a ``read_parquet`` with its footers' rows and the schema its
+read tasks give (Ray's ``Dataset(num_rows=6, schema={one: int64, two: string})``), ``read_datasource``'s
+resource arguments applied to its read tasks, and ``input_files()`` leaving a reseeded file
+shuffle's next order alone. On real local Spark; "no run" is checked twice: the dataset has no
+last run, and Spark started no job."""
 
 from __future__ import annotations
 
@@ -73,6 +75,40 @@ def test_count_of_range_items_and_a_materialized_dataset_is_known(ctx, spark):
     assert rd.range(1234).count() == 1234 and rd.range(0).count() == 0
     assert rd.from_items([{"a": 1}, {"a": 2}, 3]).count() == 3 and rd.from_items([]).count() == 0
     assert materialized.count() == 50 and materialized.limit(7).count() == 7
+    assert _last_job(spark) == before
+
+
+# -- repr(ds) of a file read ----------------------------------------------------------------------
+def test_repr_of_a_parquet_read_shows_footer_rows_and_schema_without_a_run(ctx, spark, tmp_path):
+    rows = _write_parts(str(tmp_path / "in"))
+    before = _last_job(spark)
+    ds = rd.read_parquet(tmp_path / "in")
+    assert repr(ds) == str(ds) == f"Dataset(num_rows={rows}, schema={{x: int64, k: string}})"  # Ray's form
+    narrowed = rd.read_parquet(tmp_path / "in", columns=["k"], include_paths=True)
+    assert repr(narrowed) == f"Dataset(num_rows={rows}, schema={{k: string, path: string}})"
+    filtered = rd.read_parquet(tmp_path / "in", filter=pc.field("x") < 6)  # rows unknown, schema known
+    assert repr(filtered) == "Dataset(num_rows=?, schema={x: int64, k: string})"
+    mapped = rd.read_parquet(tmp_path / "in" / "k=b", partitioning=None).map_batches(lambda batch: batch)
+    assert repr(mapped) == "MapBatches(<lambda>)\n+- Dataset(num_rows=9, schema={x: int64})"
+    assert _last_job(spark) == before and ds.last_run_stats is None  # footers only: Spark ran nothing
+    for read in (ds, narrowed, filtered):  # the schema shown is the one the read tasks give
+        assert read.to_arrow().schema.equals(read._logical[0].datasource.meta_schema()), repr(read)
+
+    csv = tmp_path / "in.csv"
+    csv.write_text("a,b\n1,x\n")
+    for other in (rd.read_csv(csv), rd.read_json(tmp_path / "in" / "k=b"), rd.read_text(csv)):
+        assert repr(other) == "Dataset(num_rows=?, schema=Unknown schema)"  # as Ray shows a read it cannot know
+    gone = rd.read_parquet(tmp_path / "in" / "k=b")
+    os.remove(tmp_path / "in" / "k=b" / "three.parquet")
+    assert repr(gone) == "Dataset(num_rows=?, schema=Unknown schema)"  # a listing that fails: the run reports it
+
+
+def test_repr_of_a_parquet_read_on_s3_reads_its_footers_through_the_reads_filesystem(ctx, spark, s3_bucket):
+    fs, bucket = pafs.FileSystem.from_uri(s3_bucket)
+    rows = _write_parts(f"{bucket}/in", filesystem=fs)
+    before = _last_job(spark)
+    want = f"Dataset(num_rows={rows}, schema={{x: int64, k: string}})"
+    assert repr(rd.read_parquet(f"{s3_bucket}/in")) == repr(rd.read_parquet(f"{bucket}/in", filesystem=fs)) == want
     assert _last_job(spark) == before
 
 

@@ -71,6 +71,7 @@ class Datasource:
     paths: tuple[str, ...] = ()  # the input paths of a file source (a write must not land inside them)
     num_rows: int | None = None  # rows known before reading (range, from_items): random_sample refuses 0
     meta_rows: Callable[[], int | None] | None = None  # rows from metadata, found on asking (Parquet footers)
+    meta_schema: Callable[[], pa.Schema | None] | None = None  # the output schema from metadata (``repr``)
 
 
 @dataclass(frozen=True)
