@@ -67,6 +67,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.dataset_combine", 6),  # union/zip/random_shuffle/streaming_split on Dataset
     (f"{PACKAGE}.engine.dataset_repr", 6),  # repr(ds) in Ray's form
     (f"{PACKAGE}.engine.meta_count", 6),  # count() from metadata (Parquet footers, known sources)
+    (f"{PACKAGE}.engine.parquet_meta", 6),  # what a Parquet read knows from its footers before it runs
     (f"{PACKAGE}.engine.read_resources", 6),  # Ray's num_cpus/concurrency/ray_remote_args of a read
     (f"{PACKAGE}.epochs", 7),
     (f"{PACKAGE}.hooks", 8),
