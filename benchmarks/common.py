@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 import sys
 import tempfile
 import threading
@@ -51,6 +52,28 @@ def spark_session(task_slots: int, driver_memory: str = "4g", conf: dict | None 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def connect_session(task_slots: int, driver_memory: str = "4g", conf: dict | None = None):
+    """A Spark Connect client of a new server process (``local[task_slots]``, `spark_session`'s settings),
+    for the block."""
+    from pyspark.sql.connect.session import SparkSession
+
+    from airflow_streambatch.engine.spark.connect_server import start_connect_server, stop_connect_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.NamedTemporaryFile(prefix="streambatch-connect-", suffix=".log") as log:
+        server = start_connect_server(f"local[{task_slots}]", port, log,
+                                      {"spark.driver.memory": driver_memory, **(conf or {})})
+        session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        try:
+            yield session
+        finally:
+            session.stop()
+            stop_connect_server(server)
 
 
 def lock_dir() -> str:

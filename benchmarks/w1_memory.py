@@ -4,7 +4,8 @@ Load (CPU): T tasks, each yields R rows of 1 MiB after ``load_s``;
 Transform (CPU): ``row_s`` per row, returns a different 1 MiB row;
 Inference (GPU slots): ``batch_s`` per batch of B rows.
 Compares our two policies at several memory limits with plain-Spark staged and
-fused pipelines and the analytic optimum, all in one Spark application.
+fused pipelines and the analytic optimum, all in one Spark application; then the
+adaptive policy again as the client of a Spark Connect server (a second application).
 
     python -m benchmarks.w1_memory [--quick]
 """
@@ -18,6 +19,7 @@ from functools import partial
 
 from benchmarks.common import (
     MiB,
+    connect_session,
     engine_context,
     lock_dir,
     markdown_table,
@@ -245,6 +247,18 @@ def main() -> None:
             cells.append(f"{run['time_s'] / opt:.2f}x (peak {run['peak_bytes'] / MiB:.0f} MiB)")
             print(f"ours-{policy} @ {mib} MiB: {run['time_s']:.1f}s peak {run['peak_bytes'] / MiB:.0f} MiB", flush=True)
         rows.append([f"ours-{policy}"] + cells)
+    # the default policy again, unchanged, as the client of a Spark Connect server (a process of its own)
+    with connect_session(cfg.cpus + cfg.gpus + 2):
+        warm_up(cfg.cpus + cfg.gpus + 2)
+        cells = []
+        for mib in cfg.limits_mib:
+            run = run_ours(cfg, "adaptive", mib * MiB)
+            results["runs"][f"ours-adaptive-connect@{mib}"] = run
+            versus = run["time_s"] / results["runs"][f"ours-adaptive@{mib}"]["time_s"]
+            cells.append(f"{run['time_s'] / opt:.2f}x ({versus:.2f}x classic)")
+            print(f"ours-adaptive on Spark Connect @ {mib} MiB: {run['time_s']:.1f}s ({versus:.2f}x classic)",
+                  flush=True)
+        rows.append(["ours-adaptive, Spark Connect"] + cells)
     ray_cells = []
     for mib in cfg.limits_mib:
         run = run_ray(cfg, mib * MiB)

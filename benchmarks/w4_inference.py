@@ -16,6 +16,8 @@ in input order. Each runs as its user would write it, with that system's default
 * predict-batch-udf: Spark's ``pyspark.ml.functions.predict_batch_udf`` after a
   ``mapInArrow`` clean, the way Spark's docs batch a model;
 * map-in-pandas: one ``mapInPandas`` that cleans and embeds with a per-worker model;
+* ours-connect: ours, unchanged, as the client of a Spark Connect server process
+  (``local[copies]``, started outside the clock; its Python workers started too);
 * ray-data: Ray Data ``map_batches`` with an actor pool (skipped with a note if
   ``ray[data]`` is not installed).
 
@@ -44,6 +46,7 @@ embedding.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import multiprocessing
@@ -54,7 +57,17 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from benchmarks.common import MiB, PeakMemory, check, markdown_table, parse_args, save, spark_session, subplots
+from benchmarks.common import (
+    MiB,
+    PeakMemory,
+    check,
+    connect_session,
+    markdown_table,
+    parse_args,
+    save,
+    spark_session,
+    subplots,
+)
 from benchmarks.sentences import write_text_set
 
 _dags = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags")
@@ -76,10 +89,11 @@ class W4:
 
 
 # CI's smoke run: every system on a few short sentences, the Spark baselines not on the long set
-QUICK = W4(files=2, short_rows=200, long_rows=64, skip=(("long", "predict-batch-udf"), ("long", "map-in-pandas")))
+QUICK = W4(files=2, short_rows=200, long_rows=64, skip=(("long", "predict-batch-udf"), ("long", "map-in-pandas"),
+                                                         ("long", "ours-connect")))
 SETS = ("short", "long")
 LIMIT = "plain-model limit"
-SPARK = ("ours", "predict-batch-udf", "map-in-pandas")
+SPARK = ("ours", "ours-connect", "predict-batch-udf", "map-in-pandas")
 SYSTEMS = (LIMIT, "daft", *SPARK, "ray-data")
 RUN_ORDER = (LIMIT, "daft", "ray-data", *SPARK)  # without a JVM first, so that their memory holds none
 _MISSING = {"daft": "daft is not installed: pip install daft", "ray-data": "ray[data] is not installed"}
@@ -158,7 +172,7 @@ def run_daft(cfg: W4, src: str, out: str) -> float:
 
 
 # -- ours and the Spark baselines (a fresh session each) --------------------------------------------
-def fresh_spark(cfg: W4, sql: bool):
+def fresh_spark(cfg: W4, sql: bool, connect: bool = False):
     """A new local session whose Python workers are started but have imported no model library.
 
     Spark starts one Python worker daemon for RDD jobs (the engine's) and another for SQL's
@@ -170,12 +184,19 @@ def fresh_spark(cfg: W4, sql: bool):
     active = SparkSession.getActiveSession()
     if active is not None:
         active.stop()  # its Python workers exit with it, and their imports and models with them
+    if connect:  # a new server: its Python workers have not imported torch either
+        spark = _CONNECT.enter_context(connect_session(cfg.copies, driver_memory="1g"))
+        spark.range(0, cfg.copies, 1, cfg.copies).mapInArrow(_same, "id long").collect()
+        return spark
     spark = spark_session(cfg.copies, driver_memory="1g")  # Spark's default driver memory
     if sql:
         spark.range(cfg.copies, numPartitions=cfg.copies).mapInArrow(_same, "id long").collect()
     else:
         spark.sparkContext.parallelize(range(cfg.copies), cfg.copies).foreach(_nothing)
     return spark
+
+
+_CONNECT = contextlib.ExitStack()
 
 
 def _nothing(_) -> None:
@@ -283,7 +304,7 @@ def check_output(out: str, ids: int) -> None:
 
 
 def measure(name: str, cfg: W4, src: str, out: str, rows: int) -> dict:
-    spark = fresh_spark(cfg, sql=name != "ours") if name in SPARK else None
+    spark = fresh_spark(cfg, sql=name != "ours", connect=name == "ours-connect") if name in SPARK else None
     if name == "ray-data":
         start_ray(cfg)
     extra: dict = {}
@@ -294,7 +315,7 @@ def measure(name: str, cfg: W4, src: str, out: str, rows: int) -> dict:
             run_limit(cfg, src, out, rows)
         elif name == "daft":
             own_clock = run_daft(cfg, src, out)
-        elif name == "ours":
+        elif name in ("ours", "ours-connect"):
             stats = run_ours(cfg, src, out).last_run_stats
             extra = {"blocks_peak_mib": stats.peak_memory_bytes / MiB, "spark_jobs": len(stats.launch_log),
                      "stats": stats.summary()}
@@ -309,6 +330,7 @@ def measure(name: str, cfg: W4, src: str, out: str, rows: int) -> dict:
         import ray
 
         ray.shutdown()
+    _CONNECT.close()  # the Connect server of ours-connect, if it ran
     check_output(out, rows)
     peak = rss.peak / MiB + extra.get("blocks_peak_mib", 0)
     print(f"{name}: {wall:.1f} s, {rows / wall:.1f} rows/s, peak {peak:.0f} MiB in up to {rss.peak_processes} "

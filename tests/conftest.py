@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -101,11 +102,54 @@ def spark():
     session.stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class ConnectServer:
+    url: str  # sc://127.0.0.1:<port>
+    pid: int  # of spark-submit, the server's JVM
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server process (``local[SPARK_SLOTS]``, as `spark`) on 127.0.0.1.
+    Its Python workers inherit this process's environment (PYTHONPATH, the S3 server's address)."""
+    from airflow_streambatch.engine.spark.connect_server import start_connect_server, stop_connect_server
+
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("connect") / "connect-server.log", "wb")
+    try:
+        server = start_connect_server(f"local[{SPARK_SLOTS}]", port, log, {"spark.ui.enabled": "false"})
+    except TimeoutError as exc:
+        pytest.fail(str(exc))
+    yield ConnectServer(f"sc://127.0.0.1:{port}", server.pid)
+    stop_connect_server(server)
+    log.close()
+
+
 @pytest.fixture()
-def ctx(spark, tmp_path):
-    """A fresh DataContext per test, with blocks under the test's tmp dir."""
+def connect_session(connect_server):
+    """A Spark Connect client session, the one the engine uses (`get_spark`) until the test ends."""
+    from pyspark.sql.connect.session import SparkSession
+
+    session = SparkSession.builder.remote(connect_server.url).create()
+    yield session
+    session.stop()
+
+
+@pytest.fixture()
+def spark_kind():
+    """The kind of session `ctx` runs the engine on. Modules that run on both import
+    `session_kinds.spark_kind`, which runs each of their tests on each kind."""
+    return "classic"
+
+
+@pytest.fixture()
+def ctx(spark, tmp_path, spark_kind, request):
+    """A fresh DataContext per test, with blocks under the test's tmp dir; on a Spark Connect
+    session too where ``spark_kind`` says so."""
     from airflow_streambatch.engine import DataContext
 
+    if spark_kind == "connect":
+        request.getfixturevalue("connect_session")
     context = DataContext(block_dir=str(tmp_path / "blocks"), progress_interval_s=0, resources={"CPU": SPARK_SLOTS})
     with context.scoped():
         yield context

@@ -97,7 +97,7 @@ STORE_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "
              "AWS_EC2_METADATA_DISABLED")
 # the services that read or write the demo's data (the Spark master only for the shared anchor)
 STORE_CLIENTS = ("airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                 "airflow-triggerer", "make-epoch", "spark-master", "spark-worker-1", "spark-worker-2")
+                 "airflow-triggerer", "make-epoch", "spark-master", "spark-worker-1", "spark-worker-2", "spark-connect")
 
 
 def test_the_object_store_runs_moto_from_the_shared_image_and_every_client_points_at_it(compose):
@@ -148,7 +148,7 @@ def test_the_example_dag_reads_and_writes_the_compose_store_where_make_epoch_wri
 def _outside_docker(text: str, ports: dict[str, int], data_dir: str) -> str:
     """Service host names -> 127.0.0.1, container ports -> free local ports, /data -> a temp dir,
     a container's every interface (0.0.0.0) -> 127.0.0.1."""
-    for host in ("spark-master", "airflow-scheduler", "object-store", "0.0.0.0"):
+    for host in ("spark-master", "spark-connect", "airflow-scheduler", "object-store", "0.0.0.0"):
         text = text.replace(host, "127.0.0.1")
     for port, local in ports.items():
         text = re.sub(rf"\b{port}\b", str(local), text)
@@ -178,9 +178,13 @@ def test_compose_shares_no_block_directory(compose):
 
 
 @pytest.mark.skipif(namespaces_unsupported() is not None, reason=f"workers as hosts: {namespaces_unsupported()}")
-def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(compose, tmp_path, monkeypatch):
+@pytest.mark.parametrize("connection", ["spark_cluster", "spark_connect"])
+def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(compose, tmp_path, monkeypatch,
+                                                                              connection):
+    """Through ``spark_cluster`` the Airflow task is the driver; through ``spark_connect`` the compose file's
+    Connect server (a "host" of its own, as the workers are) is, and the task its client."""
     services = compose["services"]
-    ports = {p: free_port() for p in ("7077", "8081", "8082", "8083", "9000")}
+    ports = {p: free_port() for p in ("7077", "8081", "8082", "8083", "9000", "15002")}
     shared = tempfile.mkdtemp(prefix="streambatch-compose-", dir="/var/tmp")  # /tmp is private to each worker
     # this session's own S3 server and keys (conftest.py) stay out: every process gets the compose store's
     env = dict({k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
@@ -206,10 +210,17 @@ def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(c
             if name == "spark-master":
                 _wait_for_workers(ports["8081"], 0)
         _wait_for_workers(ports["8081"], 2)
+        if connection == "spark_connect":
+            shell, flag, script = services["spark-connect"]["command"]
+            procs.append(subprocess.Popen([*HOST_WRAPPER, shell, flag, _outside_docker(script, ports, shared)],
+                                          env=env, start_new_session=True, stdout=open(tmp_path / "connect.log", "w"),
+                                          stderr=subprocess.STDOUT))
+            wait_for_port(ports["15002"], procs[-1], "docker-compose.yaml's Spark Connect server", timeout=120)
 
         airflow_env = {k: _outside_docker(str(v), ports, shared)
                        for k, v in services["airflow-scheduler"]["environment"].items()
-                       if k.startswith(("AIRFLOW_CONN_", "STREAMBATCH_", "AWS_"))}
+                       if k.startswith(("AIRFLOW_CONN_", "STREAMBATCH_", "AWS_", "SPARK_LOCAL"))}
+        airflow_env["STREAMBATCH_SPARK_CONN"] = connection
         assert airflow_env["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{ports['9000']}"
         root = airflow_env["STREAMBATCH_DEMO_ROOT"]
         assert root.startswith("s3://")
@@ -222,7 +233,9 @@ def test_the_compose_spark_cluster_runs_the_example_dag_through_its_connection(c
         assert "1000 rows embedded (64 dims)" in proc.stdout
         assert f"output: {root}/embeddings/2026-11-22/10" in proc.stdout
         apps = _master_state(ports["8081"])["completedapps"] + _master_state(ports["8081"])["activeapps"]
-        assert [a["name"] for a in apps] == ["streambatch-embed_text_light-embed"]  # ran on the cluster
+        # ran on the cluster: in the task's own application, or in the Connect server's
+        assert [a["name"] for a in apps] == [{"spark_cluster": "streambatch-embed_text_light-embed",
+                                              "spark_connect": "streambatch-connect-server"}[connection]]
 
         # the output is in the compose store, read back here: one embedding per input row, no duplicates
         for name in STORE_ENV:

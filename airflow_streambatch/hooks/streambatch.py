@@ -1,6 +1,6 @@
 """StreamBatchHook: where an epoch's Spark application runs, and how to reach it.
 
-Three ways, one connection:
+Four ways, one connection:
 
 * no connection: embedded ``local[*]`` Spark inside the Airflow task process (the
   default; a laptop needs nothing else);
@@ -8,7 +8,10 @@ Three ways, one connection:
   provider's ``streambatch`` type) in client mode in-process: the streaming scheduler
   is the Spark driver and runs in the Airflow worker, executors run on the cluster;
 * the same connection through ``spark-submit`` (`SparkSubmitHook`), which runs
-  `airflow_streambatch.epochs.spark_app` as the application.
+  `airflow_streambatch.epochs.spark_app` as the application;
+* a Spark Connect server (the Spark provider's ``spark_connect`` type, or a host of
+  ``sc://host:port``): the scheduler runs in the Airflow worker as a Connect client,
+  and its tasks run on the server's executors (`spark_connect_session.py`).
 
 The master is read from the connection the way `SparkSubmitHook` reads it (host with
 scheme, or ``conn_type://host:port``); extras ``conf`` (a dict of Spark properties),
@@ -45,6 +48,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.configuration import conf as airflow_conf
 
 from airflow_streambatch.engine.atomic_files import atomic_write
+from airflow_streambatch.engine.spark.connect import worker_environment
 from airflow_streambatch.engine.spark.java import ensure_java
 from airflow_streambatch.engine.spark.session import (
     NEEDS_NEW_JVM,
@@ -57,6 +61,7 @@ from airflow_streambatch.engine.spark.session import (
 from airflow_streambatch.hooks.lineage_conf import openlineage_spark_properties
 from airflow_streambatch.hooks.network_extra import network_settings
 from airflow_streambatch.hooks.object_store import ObjectStoreHook, StoreEnvironment, applied
+from airflow_streambatch.hooks.spark_connect_session import SPARK_CONNECT_CONN_TYPE, connect_session, connect_url
 from airflow_streambatch.hooks.spark_properties import SENSITIVE, mask_sensitive, properties_file
 
 SUBMIT_GRACE_S = 3.0  # how long spark-submit's driver gets to record an interruption (Airflow's kill: 5 s)
@@ -85,7 +90,8 @@ class StreamBatchHook(BaseHook):
         self.app_name = app_name
         self.storage_conn_id = storage_conn_id
         self._executor_env: dict[str, str] = {}  # while `object_store_credentials` is active
-        self._worker_env_before: dict[int, tuple[object, dict[str, str | None]]] = {}  # id(sc) -> (sc, previous)
+        # id(environment) -> (a Python workers' environment we changed, what it had before)
+        self._worker_env_before: dict[int, tuple[dict, dict[str, str | None]]] = {}
 
     @cached_property
     def master(self) -> str | None:
@@ -101,6 +107,15 @@ class StreamBatchHook(BaseHook):
         else:
             master = f"{conn.conn_type}://{conn.host}"
         return f"{master}:{conn.port}" if conn.port else master
+
+    @cached_property
+    def connect_url(self) -> str | None:
+        """The Spark Connect URL (``sc://``) of the connection, None for a classic master (`spark_connect_session`)."""
+        if self.streambatch_conn_id is None:
+            return None
+        conn = self.get_connection(self.streambatch_conn_id)
+        return connect_url(self.streambatch_conn_id, conn.conn_type,
+                           None if conn.conn_type == SPARK_CONNECT_CONN_TYPE else self.master)
 
     @cached_property
     def extras(self) -> dict:
@@ -204,21 +219,22 @@ class StreamBatchHook(BaseHook):
                 yield variables
             finally:
                 self._executor_env = {}
-                for sc, previous in self._worker_env_before.values():
+                for environment, previous in self._worker_env_before.values():
                     for key, value in previous.items():
                         if value is None:
-                            sc.environment.pop(key, None)
+                            environment.pop(key, None)
                         else:
-                            sc.environment[key] = value
+                            environment[key] = value
                 self._worker_env_before = {}
 
-    def _give_workers_the_store_environment(self, sc) -> None:
+    def _give_workers_the_store_environment(self, environment: dict) -> None:
         """Python workers get ``sc.environment`` with every job (PySpark fills it from ``spark.executorEnv.*``
-        when the context starts): set the credentials there for a context that started without them."""
-        if not self._executor_env or id(sc) in self._worker_env_before:
+        when the context starts), and a Spark Connect session's engine tasks `connect.worker_environment`:
+        set the credentials there for a session that started without them."""
+        if not self._executor_env or id(environment) in self._worker_env_before:
             return
-        self._worker_env_before[id(sc)] = (sc, {k: sc.environment.get(k) for k in self._executor_env})
-        sc.environment.update(self._executor_env)
+        self._worker_env_before[id(environment)] = (environment, {k: environment.get(k) for k in self._executor_env})
+        environment.update(self._executor_env)
 
     @property
     def requested_conf(self) -> dict[str, str]:
@@ -245,10 +261,14 @@ class StreamBatchHook(BaseHook):
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
+        connect = connect_session(self.connect_url, self.requested_conf, self._setting_name, self.log)
+        if connect is not None:
+            self._give_workers_the_store_environment(worker_environment(connect))
+            return connect
         active = SparkSession.getActiveSession()
         if active is not None:
             apply_to_active_session(active, self.requested_conf, self._setting_name)
-            self._give_workers_the_store_environment(active.sparkContext)
+            self._give_workers_the_store_environment(active.sparkContext.environment)
             self.log.info("Using the SparkSession already running in this process: application %s (%s, master %s)",
                           active.sparkContext.appName, active.sparkContext.applicationId, active.sparkContext.master)
             return active
@@ -276,7 +296,7 @@ class StreamBatchHook(BaseHook):
             spark = self._start_driver_jvm(builder, conf)
         quiet_spark_logs(spark)
         sc = spark.sparkContext
-        self._give_workers_the_store_environment(sc)
+        self._give_workers_the_store_environment(sc.environment)
         self.log.info("Spark is up after %.1f s: application %s (%s), master %s, Spark UI %s",
                       time.monotonic() - started, sc.appName, sc.applicationId, sc.master, sc.uiWebUrl or "disabled")
         return spark
@@ -314,6 +334,10 @@ class StreamBatchHook(BaseHook):
         if self.streambatch_conn_id is None:
             raise ValueError("deploy_mode='spark_submit' needs streambatch_conn_id: a Spark connection whose host is "
                              "the master (local[*] for this machine); without one the operator runs in-process")
+        if self.connect_url is not None:
+            raise ValueError(f"deploy_mode='spark_submit' starts a Spark application of its own, and connection "
+                             f"{self.streambatch_conn_id!r} is a Spark Connect server, whose application is already "
+                             "running: use deploy_mode='in_process' (the engine runs as its client)")
         bin_dir = os.path.dirname(sys.executable)  # pip's pyspark puts spark-submit next to the interpreter
         env = {
             "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_streambatch.engine.spark.connect import active_connect_session, is_connect
 from airflow_streambatch.epochs.checkpoint import EpochCheckpoint, EpochRecord, stop_reason
 from airflow_streambatch.epochs.job import EpochJob
 from airflow_streambatch.epochs.manifest import EpochManifest
@@ -40,8 +41,10 @@ class InProcess:
         task = self.task
         load_pipeline(job.pipeline)  # an import error fails here, before Spark starts
         spark = task.hook.get_spark_session()
-        ui = spark.sparkContext.uiWebUrl
-        SparkUILink.persist(context, url=ui, app_id=spark.sparkContext.applicationId,  # url None: UI disabled
+        # a Spark Connect client does not know the server's UI
+        ui, app_id = (None, None) if is_connect(spark) else (spark.sparkContext.uiWebUrl,
+                                                             spark.sparkContext.applicationId)
+        SparkUILink.persist(context, url=ui, app_id=app_id,  # url None: UI disabled
                             history_server_url=task.hook.history_server_url)
         return run_job(job, on_progress=on_progress, spark_ui_url=ui)
 
@@ -49,6 +52,9 @@ class InProcess:
         """Cancel the epoch's Spark jobs; the engine, interrupted, cleans up and records why."""
         from pyspark import SparkContext
 
+        connect = active_connect_session()
+        if connect is not None:
+            connect.interruptAll()
         sc = SparkContext._active_spark_context
         if sc is not None:
             sc.cancelAllJobs()

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as sb
+from session_kinds import spark_kind  # noqa: F401 - every test on classic and Spark Connect sessions
 
 
 def test_range_count_and_take_return_the_rows(ctx):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import airflow_streambatch.engine as sb
+from session_kinds import spark_kind  # noqa: F401 - every test on classic and Spark Connect sessions
 
 
 def test_unknown_batch_format_names_operator_and_choices():

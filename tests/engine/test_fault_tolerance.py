@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import airflow_streambatch.engine as sb
+from session_kinds import spark_kind  # noqa: F401 - every test on classic and Spark Connect sessions
 from cluster_job import FailOn, first_time
 
 

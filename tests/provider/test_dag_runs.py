@@ -16,6 +16,7 @@ import time
 
 import pendulum
 import pyarrow.parquet as pq
+import pytest
 from pipelines import partitions_run, take_partitions_run, write_inputs
 
 LOGICAL = pendulum.datetime(2026, 11, 22, 10, tz="UTC")
@@ -83,6 +84,7 @@ def _asset_events(uri) -> list[dict]:
         return [dict(e.extra) for e in events]
 
 
+@pytest.mark.parametrize("spark_kind", ["classic", "connect"])  # conftest.ctx
 def test_a_failed_partition_fails_the_task_and_a_clear_reruns_only_it(ctx, airflow_db, tmp_path):
     from streambatch_test_dags import SCORES, sb_epoch
 
@@ -138,6 +140,7 @@ def _inputs_on_s3(tmp_path, s3_bucket, partitions: int = 4):
     return fs, bucket
 
 
+@pytest.mark.parametrize("spark_kind", ["classic", "connect"])  # conftest.ctx
 def test_an_epoch_on_s3_fails_a_partition_and_a_clear_reruns_only_it(ctx, airflow_db, tmp_path, s3_bucket):
     """Input and output on the S3 server (before the output layer: the first commit failed)."""
     import pyarrow.dataset as pads

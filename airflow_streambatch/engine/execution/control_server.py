@@ -35,6 +35,7 @@ from airflow_streambatch.engine.execution.check_ins import CheckInDesk
 from airflow_streambatch.engine.execution.instance_slots import InstanceSlots
 from airflow_streambatch.engine.execution.tls import ServerTls, server_tls
 from airflow_streambatch.engine.protocol.control import ControlInfo
+from airflow_streambatch.engine.spark.connect import client_address, is_connect
 from airflow_streambatch.engine.worker.listen import listen_on
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
@@ -55,6 +56,7 @@ class ControlServer(flight.FlightServerBase):
         scheme = "grpc+tls" if tls is not None else "grpc+tcp"
         certs = {"tls_certificates": [flight.CertKeyPair(tls.cert_pem, tls.key_pem)]} if tls is not None else {}
         super().__init__(f"{scheme}://{bind_host or host}:{port}", **certs)
+        self.host = host
         self.uri = f"{scheme}://{host}:{self.port}"
         self.tls = tls
         self.agent_ports = agent_ports
@@ -183,7 +185,8 @@ def _network_settings(ctx) -> tuple:
 
 def control_server(spark, ctx=None) -> ControlServer:
     """This driver's control server, started on first use at the address executors reach
-    the driver at (``spark.driver.host``; bound to ``spark.driver.bindAddress`` when set),
+    the driver at (``spark.driver.host``; bound to ``spark.driver.bindAddress`` when set; a
+    Spark Connect client's own address, `spark.connect.client_address`),
     with the network settings of ``ctx`` (`DataContext`; the current one when None).
     Without ``spark`` (tasks that run in this process) it is the running server, else one on loopback.
 
@@ -193,7 +196,9 @@ def control_server(spark, ctx=None) -> ControlServer:
     if ctx is None:
         from airflow_streambatch.engine.context import DataContext
         ctx = DataContext.get_current()
-    if spark is not None:
+    if spark is not None and is_connect(spark):  # the server's driver is not this process: tasks call the client
+        host = bind = client_address()
+    elif spark is not None:
         conf = spark.sparkContext.getConf()
         host = conf.get("spark.driver.host", "127.0.0.1")
         bind = conf.get("spark.driver.bindAddress", None) or host

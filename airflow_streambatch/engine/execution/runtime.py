@@ -18,8 +18,21 @@ from airflow_streambatch.engine.execution.resources import ResourcePool
 from airflow_streambatch.engine.plan.planner import PhysicalOp
 from airflow_streambatch.engine.protocol.backend import Backend
 from airflow_streambatch.engine.spark.backend import SparkBackend
+from airflow_streambatch.engine.spark.connect import (
+    check_connect_session,
+    connect_slots,
+    connect_task_slots,
+    is_connect,
+)
+from airflow_streambatch.engine.spark.connect_backend import ConnectBackend
 from airflow_streambatch.engine.spark.profiles import check_stage_scheduling, spark_assigns_gpus
-from airflow_streambatch.engine.spark.session import get_spark, ship_package, slots_from_spark, spark_task_slots
+from airflow_streambatch.engine.spark.session import (
+    get_spark,
+    master_of,
+    ship_package,
+    slots_from_spark,
+    spark_task_slots,
+)
 
 
 @dataclass
@@ -43,8 +56,26 @@ def spark_runtime(ctx: DataContext, ops: list[PhysicalOp]) -> Runtime:
     ship_package(spark)
     control = control_server(spark, ctx)
     requests = {op.name: op.compute.as_dict() for op in ops if op.runs_tasks}
+    if is_connect(spark):
+        return _connect_runtime(spark, ctx, control, requests)
     check_stage_scheduling(spark, requests)  # a cluster that cannot place these tasks fails now, by setting
     pool = ResourcePool(ctx.resources or slots_from_spark(spark, requests.values()), spark_task_slots(spark),
                         assign_gpus=not spark_assigns_gpus(spark))
     return Runtime(control, pool, host_agents=not spark.sparkContext.master.startswith("local"),
                    backend=lambda tag: SparkBackend(spark, tag))
+
+
+_checked: set[tuple[str, str]] = set()  # (Connect session, control plane) that passed the start-up check
+
+
+def _connect_runtime(spark, ctx: DataContext, control: ControlServer, requests: dict) -> Runtime:
+    """A Spark Connect session as a run's runtime (`spark/connect.py`): checked once per session and
+    control plane, since the check is a job of its own."""
+    task_slots = connect_task_slots(spark)
+    pool = ResourcePool(ctx.resources or connect_slots(spark, requests.values(), task_slots), task_slots,
+                        assign_gpus=True)
+    if (spark.session_id, control.uri) not in _checked:
+        check_connect_session(spark, control.host, control.port, task_slots)
+        _checked.add((spark.session_id, control.uri))
+    return Runtime(control, pool, host_agents=not master_of(spark).startswith("local"),
+                   backend=lambda tag: ConnectBackend(spark, tag))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pyspark.sql import SparkSession
 
 from airflow_streambatch.engine.spark.cluster import standalone_workers
+from airflow_streambatch.engine.spark.connect import active_connect_session, connect_master, is_connect
 from airflow_streambatch.engine.spark.java import ensure_java
 from airflow_streambatch.engine.spark.local_gpus import check_slots, detect_local_gpus
 from airflow_streambatch.engine.spark.profiles import (
@@ -60,9 +61,10 @@ def local_master(min_slots: int = 0) -> str:
 
 
 def get_spark(min_slots: int = 0) -> SparkSession:
-    """The active SparkSession, or a local one with at least ``min_slots`` task slots."""
+    """The active SparkSession (a Spark Connect one first: `connect.py`), or a local one with at least
+    ``min_slots`` task slots."""
     with _session_lock:
-        active = SparkSession.getActiveSession()
+        active = active_connect_session() or SparkSession.getActiveSession()
         if active is not None:
             return active
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -196,9 +198,10 @@ def apply_to_active_session(spark: SparkSession, requested: Mapping[str, str],
     to change).
     """
     refused, settable = [], {}
+    connect = is_connect(spark)
     for key, value in requested.items():
         current = spark.conf.get(key, None)
-        if current is None:
+        if current is None and not connect:
             current = spark.sparkContext.getConf().get(key)
         if current == value:
             continue
@@ -208,6 +211,10 @@ def apply_to_active_session(spark: SparkSession, requested: Mapping[str, str],
         has = "no value" if current is None else repr(current)
         refused.append(f"{name_of(key)} = {value!r} (the session has {has})")
     if refused:
+        if connect:
+            raise ValueError(f"cannot apply {'; '.join(refused)}: the Spark Connect server's application fixed these "
+                             "properties when it started, and a client can set only runtime ones. Set them on the "
+                             "server, or remove them")
         sc = spark.sparkContext
         raise ValueError(f"cannot apply {'; '.join(refused)}: this process already runs a SparkSession (application "
                          f"{sc.appName}, {sc.applicationId}) and these properties are fixed when a session starts. "
@@ -232,19 +239,23 @@ def _zip_package(package_dir: str) -> str:
 
 
 def _add_py_files(spark: SparkSession, module_name: str) -> None:
-    """``addPyFile`` the top-level module or package of ``module_name`` (once per application)."""
-    sc = spark.sparkContext
+    """``addPyFile`` the top-level module or package of ``module_name`` (once per application; on Spark
+    Connect, once per session, as a Python artifact of the session)."""
+    connect = is_connect(spark)
+    owner = spark.session_id if connect else spark.sparkContext.applicationId
     top = module_name.split(".")[0]
-    if (sc.applicationId, top) in _shipped:
+    if (owner, top) in _shipped:
         return
     path = getattr(importlib.import_module(top), "__file__", None)
     if path is None:
         return  # a namespace package: nothing to zip
     if os.path.basename(path) == "__init__.py":
-        sc.addPyFile(_zip_package(os.path.dirname(path)))
+        path = _zip_package(os.path.dirname(path))
+    if connect:
+        spark.addArtifacts(path, pyfile=True)
     else:
-        sc.addPyFile(path)
-    _shipped.add((sc.applicationId, top))
+        spark.sparkContext.addPyFile(path)
+    _shipped.add((owner, top))
 
 
 def ship_package(spark: SparkSession) -> None:
@@ -255,8 +266,13 @@ def ship_package(spark: SparkSession) -> None:
     through ``addPyFile``, the way ``spark-submit --py-files`` ships code. Local
     masters share the driver's interpreter and need nothing.
     """
-    if not spark.sparkContext.master.startswith("local"):
+    if not master_of(spark).startswith("local"):
         _add_py_files(spark, "airflow_streambatch")
+
+
+def master_of(spark: SparkSession) -> str:
+    """The session's master URL, classic or Spark Connect."""
+    return connect_master(spark) if is_connect(spark) else spark.sparkContext.master
 
 
 def ship_user_module(spark: SparkSession, module_name: str) -> None:
