@@ -215,6 +215,7 @@ def _hang_on(batch, poison, marker_dir):
     return batch
 
 
+@pytest.mark.parametrize("spark_kind", ["classic", "connect"])  # conftest.ctx: Connect interrupts by tag
 def test_a_hung_task_is_killed_after_task_timeout_and_retried(ctx, tmp_path):
     from functools import partial
 

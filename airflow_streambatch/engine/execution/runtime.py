@@ -23,6 +23,7 @@ from airflow_streambatch.engine.spark.connect import (
     connect_slots,
     connect_task_slots,
     is_connect,
+    refuse_cluster_resources,
 )
 from airflow_streambatch.engine.spark.connect_backend import ConnectBackend
 from airflow_streambatch.engine.spark.profiles import check_stage_scheduling, spark_assigns_gpus
@@ -71,6 +72,7 @@ _checked: set[tuple[str, str]] = set()  # (Connect session, control plane) that 
 def _connect_runtime(spark, ctx: DataContext, control: ControlServer, requests: dict) -> Runtime:
     """A Spark Connect session as a run's runtime (`spark/connect.py`): checked once per session and
     control plane, since the check is a job of its own."""
+    refuse_cluster_resources(master_of(spark), requests.values())
     task_slots = connect_task_slots(spark)
     pool = ResourcePool(ctx.resources or connect_slots(spark, requests.values(), task_slots), task_slots,
                         assign_gpus=True)
