@@ -9,6 +9,8 @@ control server (check-ins, output streams, grants); blocks are real Arrow files.
 What it cannot do as Spark does: kill a running task. A cancelled job's partitions
 finish what they run, and its outcome then reports the cancel; so a timeout test runs
 without group scheduling, where results travel with the job's outcome, not check-ins.
+As in Spark, a partition that raises ends its job at once: the outcome reports the
+error while the job's other partitions still run, and may check in after it.
 """
 
 from __future__ import annotations
@@ -53,17 +55,23 @@ class InProcessBackend:
         results: list[list[bytes]] = [[] for _ in groups]
         errors: list[BaseException] = []
 
+        ended = threading.Semaphore(0)
+
         def partition(index: int) -> None:
             try:
                 results[index] = list(run_partition(op_blob, iter([groups[index]])))
             except BaseException as exc:  # noqa: BLE001 - reported as the job's error, as Spark does
                 errors.append(exc)
+            finally:
+                ended.release()
 
         threads = [threading.Thread(target=partition, args=(i,), daemon=True) for i in range(len(groups))]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        for _ in threads:  # Spark aborts a job at its first failed task: the others run on, unreported
+            ended.acquire()
+            if errors:
+                break
         error = JobCancelled(f"job {launch_id} was cancelled") if (
             self._all_cancelled or launch_id in self._cancelled) else (errors[0] if errors else None)
         flat = None if error is not None else [blob for part in results for blob in part]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from functools import partial
 
 import pyarrow as pa
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import airflow_streambatch.engine as sb
 from airflow_streambatch.engine import DataContext
 from airflow_streambatch.engine.execution.lineage import base_id
+from cluster_job import first_time
 from inprocess_backend import run_in_process
 
 MiB = 1 << 20
@@ -151,3 +153,21 @@ def test_a_task_past_task_timeout_fails_naming_the_setting(ctx):
     ctx.max_task_retries = 0
     with pytest.raises(Exception, match=r"DataContext.task_timeout_s=0.2"):
         run_in_process(sb.range(8, override_num_blocks=4).map_batches(_hangs_on_zero))
+
+
+def _crash_first_then_slow(batch, markers):
+    if batch["id"][0] == 0 and first_time(markers, "crashed"):
+        raise SystemExit("the Python worker died")  # not a task error: the whole partition ends, as a crash does
+    if batch["id"][0] != 0:
+        time.sleep(0.5)  # still running when the job is reported failed
+    return batch
+
+
+def test_a_partition_that_checks_in_after_its_job_failed_is_told_to_stop_and_its_tasks_rerun(ctx, tmp_path):
+    """Spark reports a job failed at its first failed task while its other partitions run on;
+    their check-ins then name a launch the loop has finished (it took their tasks back)."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    rows, executor = run_in_process(
+        sb.range(4, override_num_blocks=2).map_batches(partial(_crash_first_then_slow, markers=str(markers))))
+    assert sorted(r["id"] for r in rows) == [0, 1, 2, 3]  # each row once
