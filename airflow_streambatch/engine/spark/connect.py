@@ -62,7 +62,8 @@ def connect_master(spark) -> str:
     return spark.conf.get("spark.master", "local[*]") or "local[*]"
 
 
-def _local_cores(master: str) -> int | None:
+def local_master_cores(master: str) -> int | None:
+    """Task threads of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master; ``None`` for a cluster."""
     local = re.match(r"local(?:\[(\d+|\*)(?:,\d+)?\])?$", master)
     if local is None:
         return None
@@ -72,7 +73,7 @@ def _local_cores(master: str) -> int | None:
 def connect_task_slots(spark) -> int:
     """Spark tasks that run at once on the server: ``local[N]`` threads, else its executors' cores
     (the partitions Spark gives a range without a count: ``defaultParallelism``), over ``spark.task.cpus``."""
-    cores = _local_cores(connect_master(spark))
+    cores = local_master_cores(connect_master(spark))
     if cores is None:  # collected, not counted: a count's exchange would be a shuffle between executors
         cores = len(spark.range(0, 1 << 16).mapInArrow(_a_row_per_partition, "one int").collect())
     return max(1, cores // max(1, int(spark.conf.get("spark.task.cpus", "1") or 1)))

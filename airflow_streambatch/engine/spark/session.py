@@ -20,7 +20,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pyspark.sql import SparkSession
 
 from airflow_streambatch.engine.spark.cluster import standalone_workers
-from airflow_streambatch.engine.spark.connect import active_connect_session, connect_master, is_connect
+from airflow_streambatch.engine.spark.connect import (
+    active_connect_session,
+    connect_master,
+    is_connect,
+    local_master_cores,
+)
 from airflow_streambatch.engine.spark.java import ensure_java
 from airflow_streambatch.engine.spark.local_gpus import check_slots, detect_local_gpus
 from airflow_streambatch.engine.spark.profiles import (
@@ -342,10 +347,8 @@ def spark_task_slots(spark: SparkSession) -> int:
     (Spark's default parallelism; under dynamic allocation the cores it may get, in every
     profile), divided by ``spark.task.cpus``."""
     sc = spark.sparkContext
-    local = re.match(r"local(?:\[(\d+|\*)(?:,\d+)?\])?$", sc.master)
-    if local:
-        cores = 1 if local.group(1) is None else (os.cpu_count() or 1) if local.group(1) == "*" else int(local.group(1))
-    else:
+    cores = local_master_cores(sc.master)
+    if cores is None:
         dynamic = _dynamic_cluster_cores(sc, default_profile=False)
         cores = dynamic if dynamic is not None else sc.defaultParallelism
     return max(1, cores // max(1, int(sc.getConf().get("spark.task.cpus", "1"))))
