@@ -26,7 +26,7 @@ from airflow_streambatch.engine.execution.control_server import ControlServer
 from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.worker.blocks import write_block
 from airflow_streambatch.engine.protocol.control import ControlInfo
-from airflow_streambatch.engine.worker.host_agent import ORPHAN_S, ensure_agent, prepare_run_dir
+from airflow_streambatch.engine.worker.host_agent import ORPHAN_S, ensure_agent, log_file, prepare_run_dir
 from airflow_streambatch.engine.worker.owner import process_alive
 from airflow_streambatch.engine.worker.transport import BlockLostError, delete_blocks, read_any
 
@@ -188,13 +188,27 @@ def served(tmp_path_factory):
         reap(agent["pid"])
 
 
+def serving(served) -> tuple[ControlInfo, dict, str]:
+    """``served``, once its agent is seen alive; else how it ended and what it logged (CI saw
+    it gone, once, between two tests of this module, leaving its info file behind)."""
+    info, agent, run_dir = served
+    if not process_alive(agent["pid"]):
+        with contextlib.suppress(ChildProcessError):
+            _, status = os.waitpid(agent["pid"], os.WNOHANG)
+            agent["ended"] = f"wait status {status}" + (f", signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else "")
+        with contextlib.suppress(OSError), open(log_file(os.path.dirname(run_dir), info.driver_id)) as f:
+            agent["log"] = f.read()[-2000:]
+        pytest.fail(f"the module's agent is gone: {agent}")
+    return served
+
+
 def ref_at(path: str, location: str = "", **changes) -> BlockRef:
     return BlockRef(block_id="0:p00000:0", path=path, num_rows=TABLE.num_rows, size_bytes=TABLE.nbytes,
                     producer=("Op", "p00000", 0), partitions=(0,), location=location, **changes)
 
 
 def test_read_any_maps_a_local_block(served):
-    info, agent, run_dir = served
+    info, agent, run_dir = serving(served)
     path = os.path.join(run_dir, "0-p00000-0.arrow")
     table, moved = read_any(ref_at(path, agent["uri"]), info)
     assert table.equals(TABLE) and moved == 0
@@ -205,7 +219,7 @@ def test_read_any_maps_a_local_block(served):
 def test_read_any_fetches_a_block_from_the_host_that_holds_it(served, tmp_path, monkeypatch):
     """On one host every file the agent serves is a file this process sees too; a path
     relative to the agent's working directory (its block directory) is one it does not."""
-    info, agent, run_dir = served
+    info, agent, run_dir = serving(served)
     monkeypatch.chdir(tmp_path)
     path = os.path.join(os.path.basename(run_dir), "0-p00000-0.arrow")
     assert not os.path.exists(path)
@@ -216,7 +230,7 @@ def test_read_any_fetches_a_block_from_the_host_that_holds_it(served, tmp_path, 
 
 
 def test_read_any_of_a_block_its_host_does_not_have_is_lost(served):
-    info, agent, run_dir = served
+    info, agent, run_dir = serving(served)
     for path in (os.path.join(run_dir, "0-p00000-9.arrow"), os.path.join(run_dir, "../../nowhere/0-p00000-0.arrow")):
         assert not os.path.exists(path)
         with pytest.raises(BlockLostError, match=re.escape(f"could not be fetched from {agent['uri']}")):
@@ -232,7 +246,7 @@ def test_read_any_of_a_block_its_host_does_not_have_is_lost(served):
 
 @pytest.mark.parametrize("host", ["dead port", "silent listener"])
 def test_read_any_from_a_host_that_is_gone_is_lost_in_bounded_time(served, host):
-    info, agent, run_dir = served
+    info, agent, run_dir = serving(served)
     control = ControlInfo(info.uri, info.token, info.driver_id, timeout_s=1)
     with contextlib.ExitStack() as stack:
         if host == "dead port":

@@ -64,14 +64,17 @@ def standalone(standalone):
 def scheduled_run(standalone, tmp_path_factory):
     """The first run the scheduler creates once the hourly DAG is unpaused, finished.
 
-    Inputs go in before the unpause, for the hour that last ended and for the current one:
-    if the hour turns before the scheduler creates the run, its interval is the hour that
-    was current when the test wrote. The DAG stays unpaused for the module (a paused DAG's
-    manual runs are never scheduled) and is paused again at the end.
+    Inputs go in before the unpause, for the hour that last ended, the one before it and
+    the current one. The scheduler plans a DAG's next interval when it parses the DAG, so
+    an hour that turned between that parse and this write leaves the run on the hour
+    before the one that last ended (CI saw a run of 04:00 created at 06:00:11); an hour
+    that turns before the scheduler creates the run gives the hour that was current when
+    the test wrote. The DAG stays unpaused for the module (a paused DAG's manual runs are
+    never scheduled) and is paused again at the end.
     """
     root = tmp_path_factory.mktemp("scheduled")
     current = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    written = [current - timedelta(hours=1), current]
+    written = [current - timedelta(hours=2), current - timedelta(hours=1), current]
     for hour in written:
         write_inputs(root / "in" / _hour_path(hour), partitions=INPUT_PARTITIONS)
         (root / "in" / _hour_path(hour) / "_SUCCESS").write_text("")
