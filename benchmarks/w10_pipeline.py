@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -46,13 +45,9 @@ from airflow_streambatch.engine.filesystems import resolve
 
 from benchmarks.common import (check, engine_context, markdown_table, parse_args, save, spark_session, subplots,
                                timed, warm_up)
+from benchmarks.dag_pipelines import text_pipelines
 from benchmarks.moto_s3 import METHODS, MotoServer, method_of, plot_requests_per_partition
 
-_dags = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags")
-sys.path.insert(0, _dags)
-os.environ["PYTHONPATH"] = os.pathsep.join([_dags, os.environ.get("PYTHONPATH", "")])
-
-import text_pipelines  # noqa: E402  (the example DAG's pipeline module, from dags/)
 
 TARGETS = ("local", "s3", "delta", "iceberg")
 LABELS = {"local": "local, Parquet directory", "s3": "S3, Parquet directory", "delta": "S3, Delta table",
