@@ -148,6 +148,10 @@ class DataContext:
     :param control_timeout_s: seconds a task keeps trying to reach the driver's control plane
         (to announce a block or ask for memory) or another host's block server, before it
         fails with an error naming the address. Default 60.
+    :param build_ahead: tasks of earlier operators start building the instances of later CPU
+        operators' classes whose ``concurrency`` cap is at least the CPU task slots, in a thread
+        of their Python worker, under a free slot of the cap, so a model loads while the input
+        is read (default True).
     :param control_ports: the port(s) the driver's control plane listens on: ``None`` (default,
         any free port), a port such as ``41000`` or a range such as ``"41000-41009"`` (a busy
         port is skipped). Taken once per driver process (docs/network.md).
@@ -183,6 +187,7 @@ class DataContext:
     write_lease_ttl_s: float = 60.0
     table_commit_interval_s: float = 10.0
     control_timeout_s: float = 60.0
+    build_ahead: bool = True
     control_ports: int | str | None = None
     agent_ports: int | str | None = None
     tls: bool = True
@@ -281,7 +286,7 @@ _POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limi
 _POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s",
                     "control_timeout_s", "write_lease_ttl_s")
 _NON_NEGATIVE_FLOATS = ("write_lease_timeout_s", "table_commit_interval_s")
-_BOOLS = ("group_scheduling", "enable_operator_fusion")
+_BOOLS = ("group_scheduling", "enable_operator_fusion", "build_ahead")
 
 
 def _validate(name: str, value) -> None:

@@ -142,7 +142,9 @@ def test_stats_say_where_cold_starts_went(ctx):
     ds = sb.range(40, override_num_blocks=4).map_batches(_SlowToLoad, concurrency=2, batch_format="pyarrow")
     assert ds.count() == 40
     model = ds.last_run_stats.ops[-1]
-    assert 1 <= model.copies_built <= 2 and model.build_s >= 0.3 * model.copies_built
+    # at least one copy: the cap bounds live copies, not builds (a task that Spark hands to a worker
+    # without one has another released and builds its own: seen 3 for a cap of 2 on 4 slots)
+    assert model.copies_built >= 1 and model.build_s >= 0.3 * model.copies_built
     read = ds.last_run_stats.ops[0]
     assert read.starts >= 1 and read.first_start_s is not None and read.start_s > 0
     text = ds.stats()

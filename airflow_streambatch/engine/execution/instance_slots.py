@@ -13,7 +13,8 @@ The protocol (`worker/instance_lease.py` is the task side):
 * ``acquire``: a task about to build an instance asks for a slot for (run, operator uid).
   Granted while fewer than ``cap`` holders are live; otherwise the requester counts as
   waiting, and the call blocks (at most ``wait_s``) until a slot frees. The task calls
-  again until ``DataContext.control_timeout_s`` runs out.
+  again until ``DataContext.control_timeout_s`` runs out. A build ahead of need (``ahead``,
+  `DataContext.build_ahead`) takes a free slot or none: it neither waits nor makes anyone release.
 * ``poll``: a holder's daemon thread long-polls while it holds instances; the answer names
   holders that must release: their run ended, the driver forgot them (expired), or a
   requester waits (``wanted``: said to an idle holder, or once to a busy one, which then
@@ -118,6 +119,8 @@ class InstanceSlots:
                     slots.waiters.pop(holder, None)
                     slots.holders[holder] = _Holder(now)
                     return {"granted": True, "ended": key[0] in self._ended}
+                if body.get("ahead"):  # a build ahead of need takes a free slot or none: nobody releases for it
+                    return {"granted": False, "live": len(slots.holders)}
                 slots.waiters[holder] = max(deadline, now) + WAITER_GRACE_S
                 if now >= deadline:
                     return {"granted": False, "live": len(slots.holders)}

@@ -30,7 +30,8 @@ class OpStats:
     scheduling_overhead_s: float = 0.0
     overhead_per_task_s: float = 0.0
     copies_built: int = 0  # stateful UDF instances (model copies) its tasks built
-    build_s: float = 0.0  # seconds its tasks spent building them
+    build_s: float = 0.0  # seconds spent building them
+    build_ahead_s: float = 0.0  # of those, seconds built ahead of the tasks that used them
     starts: int = 0  # Spark partitions launched for it that ran their first tasks
     start_s: float = 0.0  # their time from launch to running task code, summed (job scheduling, Python workers)
     first_start_s: float | None = None  # the first one's: a cold start pays Python worker start-up
@@ -47,6 +48,7 @@ class OpStats:
         self.last_finish = time.monotonic()
         self.copies_built += result.builds
         self.build_s += result.build_s
+        self.build_ahead_s += result.build_ahead_s
         if result.task_key in self._done_keys:
             self.tasks_rerun += 1
             return
@@ -74,8 +76,9 @@ class OpStats:
             parts.append(f"{self.starts} Spark partition(s) started in {1000 * self.start_s / self.starts:.0f} ms "
                          f"on average (the first in {self.first_start_s:.2f} s)")
         if self.copies_built:
+            ahead = f" ({self.build_ahead_s:.2f} s of it ahead of their tasks)" if self.build_ahead_s else ""
             parts.append(f"{self.copies_built} model cop{'y' if self.copies_built == 1 else 'ies'} built in "
-                         f"{self.build_s:.2f} s")
+                         f"{self.build_s:.2f} s{ahead}")
         return f"{self.name}: " + "; ".join(parts) if parts else None
 
     def retried(self, n: int = 1) -> None:

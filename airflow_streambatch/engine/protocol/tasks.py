@@ -46,6 +46,9 @@ class OperatorPayload:
     host_agents: bool = False
     location: str = ""  # set on the executor: this host's agent
     memory_limit: int = 0  # DataContext.memory_limit: a host's block directory must hold it (`block_room.py`)
+    # later CPU operators' stateful classes (with a concurrency cap) whose instances this operator's
+    # tasks start building, so a model loads while the input is read (`DataContext.build_ahead`)
+    build_ahead: list[Transform] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ class TaskResult:
     fetched_bytes: int = 0  # input bytes read from another host
     exception: bytes | None = None  # the user's exception, pickled (`portable_exception`), for the driver to raise
     builds: int = 0  # stateful UDF instances (model copies) the task built
-    build_s: float = 0.0  # seconds it spent building them (part of ``work_s``)
+    build_s: float = 0.0  # seconds spent building them (part of ``work_s``, but for ``build_ahead_s``)
+    build_ahead_s: float = 0.0  # of those, seconds built ahead of the task (`DataContext.build_ahead`), not waited for
     quarantined: list[StagedFile] = field(default_factory=list)  # the rows it set aside, staged (`row_errors.py`)
 
     @classmethod

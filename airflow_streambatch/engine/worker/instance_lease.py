@@ -16,6 +16,12 @@ a ``released`` call: delete the instance, collect garbage, empty the CUDA cache.
 
 A lease held while a task uses it is never released under it: the release waits for the
 task's end (`TaskEnv.end_task`, called by `task_runner.run_task`).
+
+Built ahead (`build_ahead`): a model takes seconds to load, and the first task of its
+operator would wait for it. Tasks of earlier operators (the reads) start building it in a
+thread of their worker, under a slot that is free at that moment (a build ahead never makes
+another holder release), so the model loads while the input is read. A task of the
+operator that finds the build under way waits for it, as it would wait for its own build.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ log = logging.getLogger("airflow_streambatch.engine.worker")
 POLL_WAIT_S = 5.0  # how long a holder's poll waits in the driver when there is nothing to say
 ACQUIRE_WAIT_S = 2.0  # how long one acquire call waits in the driver for a slot to free
 HOLDER_TTL_S = 15.0  # a holder not heard from this long (its process died) loses its slot
+BUILD_NOTE_S = 30.0  # a task waiting for a build ahead says so this often
 
 
 class InstanceSlotTimeout(RuntimeError):
@@ -59,6 +66,9 @@ class Lease:
     told: bool = False  # the driver wanted it while busy: offer it at the task's end
     must_go: str = ""  # "ended" / "unknown" / "unreachable": release once idle, whatever the driver needs
     releasing: bool = False
+    building: bool = False  # built ahead of its first task, in a thread of this process
+    ahead: bool = False  # built ahead and not yet used: its first task counts the build (`instance_for`)
+    build_s: float = 0.0  # how long the build ahead took
 
     def body(self, **more) -> dict:
         return {"run": self.key[0], "op": self.key[1], "holder": self.holder, **more}
@@ -73,7 +83,12 @@ def instance_for(transform, env, build: Callable[[], Any]) -> Any:
     """This worker's instance of ``transform``'s class for the task ``env``, built (under a
     slot the driver grants) if this worker holds none; marked busy until the task ends."""
     key = (env.run_id, transform.uid, env.gpu_ids)
-    lease = _take_held(key, transform.name, env.control.timeout_s)
+    lease, waited_s = _take_held(key, transform.name, env.control.timeout_s)
+    if lease is not None and lease.ahead:  # its build counts once, in its first task, which waited ``waited_s``
+        lease.ahead = False
+        env.builds += 1
+        env.build_s += lease.build_s
+        env.build_ahead_s += max(0.0, lease.build_s - waited_s)
     if lease is not None and lease.must_go:  # the driver no longer counts it: go now, build under a new slot
         with _cond:
             lease.busy = False
@@ -96,21 +111,27 @@ def end_task(leases: list[Lease]) -> None:
             _release(lease, ask=not lease.must_go and _worker_reused())
 
 
-def _take_held(key: tuple, name: str, timeout_s: float) -> Lease | None:
-    """The lease this process holds for ``key``, now busy; waits (bounded) for a release under way."""
+def _take_held(key: tuple, name: str, timeout_s: float) -> tuple[Lease | None, float]:
+    """The lease this process holds for ``key``, now busy, and the seconds spent waiting for its
+    build ahead; waits (bounded) for a release under way."""
+    start = time.monotonic()
     with _cond:
+        while key in _leases and _leases[key].building:  # as long as building it here would take
+            if not _cond.wait(BUILD_NOTE_S) and key in _leases and _leases[key].building:
+                log.info("%s: waiting for the instance this worker builds ahead (%.0f s so far)", name,
+                         time.monotonic() - start)
+        waited_s = time.monotonic() - start
         if not _cond.wait_for(lambda: key not in _leases or not _leases[key].releasing, timeout=timeout_s):
             raise InstanceSlotTimeout(f"{name}: releasing this worker's instance took over {timeout_s:.0f} s; "
                                       "raise DataContext.control_timeout_s")
         lease = _leases.get(key)
         if lease is not None:
             lease.busy = True
-        return lease
+        return lease, waited_s
 
 
 def _new_lease(key: tuple, transform, control: ControlInfo, build: Callable[[], Any]) -> Lease:
-    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    lease = Lease(key, holder, control, None)
+    lease = Lease(key, _holder_name(), control, None)
     if _acquire(lease, transform).get("ended"):  # a lineage replay after the run: one task, then it goes
         lease.must_go = "ended"
     with _cond:  # polled from now on: a constructor slower than the slot's expiry keeps its slot
@@ -127,10 +148,71 @@ def _new_lease(key: tuple, transform, control: ControlInfo, build: Callable[[], 
     return lease
 
 
+def build_ahead(transform, control: ControlInfo | None, run_id: str, build: Callable[[], Any]) -> None:
+    """Start building this process's instance of ``transform`` (a CPU operator's class with a
+    concurrency cap) in a thread, if it holds none and the driver has a slot free now. Nothing
+    is built where an instance goes with its task (no worker reuse), or outside Spark."""
+    if control is None or not _worker_reused():
+        return
+    key = (run_id, transform.uid, ())
+    with _cond:
+        if key in _leases:
+            return
+        lease = _leases[key] = Lease(key, _holder_name(), control, None, busy=True, building=True, ahead=True)
+    threading.Thread(target=_build_ahead, args=(lease, transform, build), name="streambatch-build-ahead",
+                     daemon=True).start()
+
+
+def _build_ahead(lease: Lease, transform, build: Callable[[], Any]) -> None:
+    """The thread of `build_ahead`. However it ends, ``building`` ends: a task may wait for it."""
+    built = False
+    try:
+        reply = call(lease.control, "instance_acquire", lease.body(
+            cap=transform.compute.concurrency, ttl_s=_ttl_s(lease.control), wait_s=0, name=transform.name,
+            ahead=True), wait_s=0)
+        if not reply.get("granted"):
+            return  # every slot is taken: a task builds it when it needs it
+        if reply.get("ended"):
+            _tell_released(lease)
+            return
+        with _cond:
+            _ensure_poller(lease.control)
+        start = time.perf_counter()
+        try:
+            lease.instance = build()
+            lease.build_s = time.perf_counter() - start
+        except BaseException:  # noqa: BLE001 - the operator's task builds it again and reports the error
+            log.warning("%s: building its instance ahead of its first task failed; the task builds it",
+                        transform.name, exc_info=True)
+            _tell_released(lease)
+            return
+        built = True
+    except Exception as exc:  # noqa: BLE001 - the driver is unreachable: the task finds out and says so
+        log.info("%s: not built ahead: %s", transform.name, exc)
+    finally:
+        with _cond:
+            lease.building = lease.busy = False
+            if not built and _leases.get(lease.key) is lease:
+                del _leases[lease.key]
+            go = built and (bool(lease.must_go) or lease.told)
+            _cond.notify_all()
+    if go:  # the driver wanted the slot (or ended the run) while it was being built
+        _release(lease, ask=not lease.must_go)
+
+
+def _holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _ttl_s(control: ControlInfo) -> float:
+    """A holder's time to live at the driver: a dead holder's slot frees before a waiter gives up."""
+    return max(2.0, min(HOLDER_TTL_S, control.timeout_s / 2))
+
+
 def _acquire(lease: Lease, transform) -> dict:
     """Ask the driver for a slot until it grants one, at most ``control_timeout_s``."""
     control, cap = lease.control, transform.compute.concurrency
-    ttl_s = max(2.0, min(HOLDER_TTL_S, control.timeout_s / 2))  # a dead holder's slot frees before we give up
+    ttl_s = _ttl_s(control)
     deadline = time.monotonic() + control.timeout_s
     while True:
         wait_s = max(0.0, min(ACQUIRE_WAIT_S, deadline - time.monotonic()))

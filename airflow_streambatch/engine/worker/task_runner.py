@@ -29,7 +29,7 @@ from airflow_streambatch.engine.worker.host_agent import ensure_agent, prepare_r
 from airflow_streambatch.engine.worker.row_errors import write_set_aside
 from airflow_streambatch.engine.worker.streams import OutputStream, TaskYielded
 from airflow_streambatch.engine.worker.transport import BlockLostError, read_any
-from airflow_streambatch.engine.worker.udf import TaskEnv, chain, gpu_env
+from airflow_streambatch.engine.worker.udf import TaskEnv, build_ahead_of_tasks, chain, gpu_env
 
 MAX_EXCEPTION_BYTES = 64 * 1024
 
@@ -150,13 +150,14 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
             spec.task_key, [], time.perf_counter() - start, input_bytes, 0,
             error=f"{type(exc).__name__}: {exc}", error_traceback=traceback.format_exc(), no_space=no_space,
             exception=portable_exception(exc), builds=env.builds, build_s=env.build_s,
+            build_ahead_s=env.build_ahead_s,
         )
     finally:
         env.end_task()  # its stateful UDF instances go idle, or are released (`udf.py`)
     return TaskResult(  # time spent waiting for grants is not work: estimates must not count it
         spec.task_key, output.blocks, time.perf_counter() - start - output.waited_s, input_bytes,
         sum(ref.size_bytes for ref in output.blocks), files=env.written, fetched_bytes=fetched,
-        builds=env.builds, build_s=env.build_s, quarantined=quarantined,
+        builds=env.builds, build_s=env.build_s, build_ahead_s=env.build_ahead_s, quarantined=quarantined,
     )
 
 
@@ -212,6 +213,7 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
         prepare_run_dir(op.run_dir, agent["mark"])
         op.location = agent["uri"]
     specs = [cloudpickle.loads(blob) for group in groups for blob in group]
+    build_ahead_of_tasks(op.build_ahead, op.control, op.run_id)
     pull = specs[0].placement.pull if specs else None
     if pull is None:
         return iter([cloudpickle.dumps(r) for r in _run_group(op, specs)])
@@ -225,6 +227,7 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
         if reply.payload is not None:  # the slot goes to another operator that asks for the same resources
             location, op = op.location, cloudpickle.loads(reply.payload)
             op.location = location
+            build_ahead_of_tasks(op.build_ahead, op.control, op.run_id)
         specs = [cloudpickle.loads(blob) for blob in reply.specs]
         if not specs:
             return iter([])

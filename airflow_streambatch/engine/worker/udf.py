@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import check_rows, from_udf_output, rebatch, rows_to_table, to_format
 from airflow_streambatch.engine.protocol.control import ControlInfo
-from airflow_streambatch.engine.worker.instance_lease import Lease, end_task, instance_for
+from airflow_streambatch.engine.worker.instance_lease import Lease, build_ahead, end_task, instance_for
 from airflow_streambatch.engine.worker.row_errors import guarded, set_aside
 
 # (operator uid, gpu ids) -> constructed stateful UDF without a concurrency cap, per Python worker process.
@@ -55,6 +56,7 @@ class TaskEnv:
     leases: list[Lease] = field(default_factory=list)  # capped instances this task uses
     builds: int = 0  # stateful UDF instances (model copies) this task built
     build_s: float = 0.0  # seconds it spent building them: a cold start, reported by `Dataset.stats()`
+    build_ahead_s: float = 0.0  # of those, seconds built ahead of it (`instance_lease.build_ahead`), not waited for
     input_label: str | None = None  # the task's input partition, named in rows set aside (`row_errors.py`)
     set_aside: list[dict] = field(default_factory=list)  # rows a function failed on, with on_error="quarantine"
     dead_letter: str | None = None  # the write's path, where those rows are staged
@@ -73,7 +75,7 @@ def _udf(transform, env: TaskEnv) -> Callable:
     def build():
         start = time.perf_counter()
         try:
-            return transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
+            return construct(transform)
         finally:
             env.builds += 1
             env.build_s += time.perf_counter() - start
@@ -85,6 +87,18 @@ def _udf(transform, env: TaskEnv) -> Callable:
     if instance is None:
         instance = _INSTANCES[key] = build()
     return instance
+
+
+def construct(transform) -> Any:
+    """A new instance of a stateful UDF class, as the user's constructor arguments make it."""
+    return transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
+
+
+def build_ahead_of_tasks(transforms: list, control: ControlInfo | None, run_id: str) -> None:
+    """Start building this worker's instances of later operators' classes while this task's
+    operator runs (`instance_lease.build_ahead`)."""
+    for transform in transforms:
+        build_ahead(transform, control, run_id, partial(construct, transform))
 
 
 def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
