@@ -148,10 +148,10 @@ class DataContext:
     :param control_timeout_s: seconds a task keeps trying to reach the driver's control plane
         (to announce a block or ask for memory) or another host's block server, before it
         fails with an error naming the address. Default 60.
-    :param build_ahead: tasks of earlier operators start building the instances of later CPU
-        operators' classes whose ``concurrency`` cap is at least the CPU task slots, in a thread
-        of their Python worker, under a free slot of the cap, so a model loads while the input
-        is read (default True).
+    :param build_ahead: a Spark partition starts building the instances of its CPU operator's
+        classes, and of later CPU operators' classes whose ``concurrency`` cap is at least the
+        CPU task slots (under a free slot of the cap), in a thread of its Python worker as it
+        starts, so a model loads while the input is read (default True).
     :param control_ports: the port(s) the driver's control plane listens on: ``None`` (default,
         any free port), a port such as ``41000`` or a range such as ``"41000-41009"`` (a busy
         port is skipped). Taken once per driver process (docs/network.md).

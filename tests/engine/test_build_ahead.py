@@ -1,10 +1,11 @@
 """Models load while the input is read (`DataContext.build_ahead`, issue 28 item 3).
 
-The pipeline is a read whose tasks take a while, then a class with ``concurrency=2``
-whose constructor takes a while (a model loading). Every construction and every batch
-logs its process, thread and time. With build-ahead, the read's tasks start building the
-instances in a thread of their Python worker: the constructor runs in that thread and
-begins while reads still run, and the cap holds. Without it, the operator's own tasks
+The pipeline is a read whose tasks take a while, then a class whose constructor takes a
+while (a model loading): with a ``concurrency`` cap (an operator of its own), or without
+(fused into the read's tasks). Every construction and every batch logs its process,
+thread and time. With build-ahead, the read's tasks start building the instances in a
+thread of their Python worker: the constructor runs in that thread and begins while
+reads still run, and a cap holds. Without it, the operator's own tasks
 build them on their main thread once the reads have produced blocks.
 
 Only a cap of at least the task slots is built ahead (`launcher._built_ahead`): with
@@ -65,7 +66,7 @@ def slow_read_logged(log_path: str):
     return read
 
 
-def _run(ctx, tmp_path, *, fail: bool = False, cap: int = CAP):
+def _run(ctx, tmp_path, *, fail: bool = False, cap: int | None = CAP):
     log_path = str(tmp_path / "events.log")
     ds = (rd.range(BLOCKS * 10, override_num_blocks=BLOCKS).map_batches(slow_read_logged(log_path))
           .map_batches(SlowModel, fn_constructor_args=(log_path, fail), concurrency=cap))
@@ -75,12 +76,16 @@ def _run(ctx, tmp_path, *, fail: bool = False, cap: int = CAP):
     return rows, events, ds
 
 
-def test_the_reads_tasks_build_the_models_while_the_input_is_read(ctx, tmp_path):
-    rows, events, ds = _run(ctx, tmp_path)
+@pytest.mark.parametrize("cap", [CAP, None], ids=["capped, an operator of its own", "uncapped, fused with the read"])
+def test_the_reads_tasks_build_the_models_while_the_input_is_read(ctx, tmp_path, cap):
+    rows, events, ds = _run(ctx, tmp_path, cap=cap)
     assert rows == list(range(BLOCKS * 10))
     builds = [e for e in events if e[0] == "new"]
     reads_end = max(float(e[4]) for e in events if e[0] == "read")
     ahead = [e for e in builds if e[2] == "streambatch-build-ahead"]
+    if cap is None:  # every worker that runs the fused operator builds its own, as its partition starts
+        assert ahead == builds, builds
+        assert [n for n in ds.last_run_stats.ops if "SlowModel" in n.name][0].name.startswith("ReadRange->")
     assert 1 <= len(ahead) <= CAP, builds
     assert min(float(start) for *_, start, _ in ahead) < reads_end, "no build began while the reads ran"
     first_call = min(float(e[3]) for e in events if e[0] == "call")
@@ -100,6 +105,7 @@ def test_otherwise_the_operators_own_tasks_build_them(ctx, tmp_path, why):
     assert builds and all(thread == "MainThread" for _, _, thread, _, _ in builds), builds
 
 
-def test_a_build_ahead_that_fails_fails_the_run_with_the_users_error(ctx, tmp_path):
+@pytest.mark.parametrize("cap", [CAP, None], ids=["capped", "uncapped"])
+def test_a_build_ahead_that_fails_fails_the_run_with_the_users_error(ctx, tmp_path, cap):
     with pytest.raises(Exception, match="the model's weights are missing"):
-        _run(ctx, tmp_path, fail=True)
+        _run(ctx, tmp_path, fail=True, cap=cap)

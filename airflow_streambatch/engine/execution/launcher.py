@@ -73,17 +73,20 @@ class Launch:
         return min((part.deadline for part in self.parts if part.assigned), default=float("inf"))
 
 
-def _built_ahead(downstream: list[Operator], cpu_slots: float) -> list:
-    """The stateful classes of later CPU operators whose cap lets every task slot hold an
-    instance (``concurrency`` at least the CPU slots): tasks of earlier operators start
-    building them, so a model loads while the input is read (`worker/instance_lease.build_ahead`).
+def _built_ahead(op: Operator, cpu_slots: float) -> list:
+    """The stateful classes whose instances ``op``'s Spark partitions start building as they
+    start, so a model loads while the input is read (`worker/build_ahead.py`): ``op``'s own
+    classes without a cap (each of its workers builds one anyway), and the capped classes of
+    ``op`` and later operators whose cap lets every task slot hold an instance (``concurrency``
+    at least the CPU slots).
 
     A smaller cap is left out: Spark, not the engine, picks the Python worker of the
     operator's tasks, and one without an instance would have another released and build
     its own (seen: 4 copies built for a cap of 2 on 4 slots, against 2 without). So is a GPU
     operator's class: which GPUs an instance is built on is known once its own task is placed."""
-    return [t for op in downstream if set(op.compute.as_dict()) <= {"CPU"} for t in op.physical.transforms
-            if inspect.isclass(t.fn) and t.compute.concurrency is not None and t.compute.concurrency >= cpu_slots]
+    return [t for other in (op, *op.downstream) if set(other.compute.as_dict()) <= {"CPU"}
+            for t in other.physical.transforms if inspect.isclass(getattr(t, "fn", None))  # not a sink
+            and (t.compute.concurrency >= cpu_slots if t.compute.concurrency is not None else other is op)]
 
 
 class Launcher:
@@ -103,7 +106,7 @@ class Launcher:
             op.index: cloudpickle.dumps(OperatorPayload(
                 op.index, op.name, op.physical.transforms, run_dir, op.max_block_bytes, run_id, blocks.control,
                 host_agents, memory_limit=ctx.memory_limit,
-                build_ahead=_built_ahead(op.downstream, pool.totals.get("CPU", 0)) if ctx.build_ahead else []))
+                build_ahead=_built_ahead(op, pool.totals.get("CPU", 0)) if ctx.build_ahead else []))
             for op in operators if op.runs_tasks
         }
         self.label = label  # an input partition's label, for tasks that name it in rows they set aside

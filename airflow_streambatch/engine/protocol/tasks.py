@@ -46,8 +46,9 @@ class OperatorPayload:
     host_agents: bool = False
     location: str = ""  # set on the executor: this host's agent
     memory_limit: int = 0  # DataContext.memory_limit: a host's block directory must hold it (`block_room.py`)
-    # later CPU operators' stateful classes (with a concurrency cap) whose instances this operator's
-    # tasks start building, so a model loads while the input is read (`DataContext.build_ahead`)
+    # stateful classes (of this CPU operator, or capped ones of later ones) whose instances this
+    # operator's Spark partitions start building, so a model loads while the input is read
+    # (`DataContext.build_ahead`, `worker/build_ahead.py`)
     build_ahead: list[Transform] = field(default_factory=list)
 
 

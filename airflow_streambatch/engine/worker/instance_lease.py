@@ -17,11 +17,10 @@ a ``released`` call: delete the instance, collect garbage, empty the CUDA cache.
 A lease held while a task uses it is never released under it: the release waits for the
 task's end (`TaskEnv.end_task`, called by `task_runner.run_task`).
 
-Built ahead (`build_ahead`): a model takes seconds to load, and the first task of its
-operator would wait for it. Tasks of earlier operators (the reads) start building it in a
-thread of their worker, under a slot that is free at that moment (a build ahead never makes
-another holder release), so the model loads while the input is read. A task of the
-operator that finds the build under way waits for it, as it would wait for its own build.
+Built ahead (`build_ahead`, called by `build_ahead.py`): a Spark partition starts the
+build in a thread of its worker, under a slot that is free at that moment (a build ahead
+never makes another holder release). A task that finds the build under way waits for it,
+as it would wait for its own build.
 """
 
 from __future__ import annotations

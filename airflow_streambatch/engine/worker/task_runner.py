@@ -166,7 +166,8 @@ def _task_gpus(spec: TaskSpec) -> tuple[tuple[str, ...], bool]:
 
     On a cluster only Spark knows which GPUs of which host a task holds: it assigns them by
     the operator's resource profile, and the backend marks every cluster job with what its
-    tasks asked for (the local property below, `spark/profiles.SPARK_RESOURCES_PROPERTY`).
+    tasks asked for (the local property below, `spark/profiles.SPARK_RESOURCES_PROPERTY`; on
+    Spark Connect the environment variable `spark/profiles.SPARK_RESOURCES_ENV`).
     There a task takes Spark's addresses or none: an id the driver made up would name a GPU
     of another host, or one that another task holds. In local mode (no mark) Spark cannot
     schedule by resources, and the driver's scheduler assigned the placement's ``gpu_ids``.
@@ -177,7 +178,9 @@ def _task_gpus(spec: TaskSpec) -> tuple[tuple[str, ...], bool]:
         ctx = TaskContext.get()
     except ImportError:  # pragma: no cover - pyspark is a dependency
         ctx = None
-    asked = ctx.getLocalProperty("streambatch.sparkResources") if ctx is not None else None
+    asked = None
+    if ctx is not None:  # a Spark Connect job has no local properties: its function set the mark in the env
+        asked = ctx.getLocalProperty("streambatch.sparkResources") or os.environ.get("STREAMBATCH_SPARK_RESOURCES")
     if asked is None:  # local mode, or outside Spark
         return spec.placement.gpu_ids, True
     if "gpu" not in asked.split(","):
@@ -213,7 +216,7 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
         prepare_run_dir(op.run_dir, agent["mark"])
         op.location = agent["uri"]
     specs = [cloudpickle.loads(blob) for group in groups for blob in group]
-    build_ahead_of_tasks(op.build_ahead, op.control, op.run_id)
+    build_ahead_of_tasks(op)
     pull = specs[0].placement.pull if specs else None
     if pull is None:
         return iter([cloudpickle.dumps(r) for r in _run_group(op, specs)])
@@ -227,7 +230,7 @@ def run_partition(op_blob: bytes, groups: Iterator[list[bytes]]) -> Iterator[byt
         if reply.payload is not None:  # the slot goes to another operator that asks for the same resources
             location, op = op.location, cloudpickle.loads(reply.payload)
             op.location = location
-            build_ahead_of_tasks(op.build_ahead, op.control, op.run_id)
+            build_ahead_of_tasks(op)
         specs = [cloudpickle.loads(blob) for blob in reply.specs]
         if not specs:
             return iter([])

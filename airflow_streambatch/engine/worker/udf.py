@@ -28,7 +28,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,8 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import check_rows, from_udf_output, rebatch, rows_to_table, to_format
 from airflow_streambatch.engine.protocol.control import ControlInfo
-from airflow_streambatch.engine.worker.instance_lease import Lease, build_ahead, end_task, instance_for
+from airflow_streambatch.engine.worker.build_ahead import construct, start_builds, take_uncapped
+from airflow_streambatch.engine.worker.instance_lease import Lease, end_task, instance_for
 from airflow_streambatch.engine.worker.row_errors import guarded, set_aside
 
 # (operator uid, gpu ids) -> constructed stateful UDF without a concurrency cap, per Python worker process.
@@ -85,20 +85,21 @@ def _udf(transform, env: TaskEnv) -> Callable:
     key = (transform.uid, env.gpu_ids)
     instance = _INSTANCES.get(key)
     if instance is None:
-        instance = _INSTANCES[key] = build()
+        ahead = take_uncapped(key)
+        if ahead is None:
+            instance = _INSTANCES[key] = build()
+        else:  # its build counts here, in the first task that uses it
+            instance, build_s, waited_s = ahead
+            _INSTANCES[key] = instance
+            env.builds += 1
+            env.build_s += build_s
+            env.build_ahead_s += max(0.0, build_s - waited_s)
     return instance
 
 
-def construct(transform) -> Any:
-    """A new instance of a stateful UDF class, as the user's constructor arguments make it."""
-    return transform.fn(*transform.fn_constructor_args, **transform.fn_constructor_kwargs)
-
-
-def build_ahead_of_tasks(transforms: list, control: ControlInfo | None, run_id: str) -> None:
-    """Start building this worker's instances of later operators' classes while this task's
-    operator runs (`instance_lease.build_ahead`)."""
-    for transform in transforms:
-        build_ahead(transform, control, run_id, partial(construct, transform))
+def build_ahead_of_tasks(op) -> None:
+    """Start the builds ahead that ``op``'s payload lists (`build_ahead.py`)."""
+    start_builds(op.build_ahead, {t.uid for t in op.transforms}, op.control, op.run_id, _INSTANCES)
 
 
 def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
