@@ -48,16 +48,6 @@ def test_tasks_that_cannot_reach_the_control_plane_fail_at_start_naming_the_sett
         check_connect_session(connect_session, "127.0.0.1", closed, 2)
 
 
-def test_gpus_on_a_connect_cluster_are_refused_naming_a_classic_session():
-    from airflow_streambatch.engine.spark.connect import ConnectSessionError, refuse_cluster_resources
-
-    refuse_cluster_resources("local[4]", [{"CPU": 1}, {"GPU": 1}])  # this host's GPUs: the driver numbers them
-    refuse_cluster_resources("spark://master:7077", [{"CPU": 1}, {"CPU": 0.5}])
-    with pytest.raises(ConnectSessionError, match=r"operators ask for GPU, accelerator.*spark://master:7077.*"
-                                                  r"Use a classic session"):
-        refuse_cluster_resources("spark://master:7077", [{"CPU": 1, "GPU": 1}, {"accelerator": 2}])
-
-
 def test_a_hook_with_a_spark_connect_connection_gets_a_session_on_that_server(connect_server, monkeypatch, capsys):
     from airflow_streambatch.engine.spark.connect import is_connect
     from airflow_streambatch.hooks.streambatch import StreamBatchHook

@@ -23,9 +23,9 @@ from airflow_streambatch.engine.spark.connect import (
     connect_slots,
     connect_task_slots,
     is_connect,
-    refuse_cluster_resources,
 )
 from airflow_streambatch.engine.spark.connect_backend import ConnectBackend
+from airflow_streambatch.engine.spark.connect_profiles import check_connect_stage_scheduling
 from airflow_streambatch.engine.spark.profiles import check_stage_scheduling, spark_assigns_gpus
 from airflow_streambatch.engine.spark.session import (
     get_spark,
@@ -72,12 +72,12 @@ _checked: set[tuple[str, str]] = set()  # (Connect session, control plane) that 
 def _connect_runtime(spark, ctx: DataContext, control: ControlServer, requests: dict) -> Runtime:
     """A Spark Connect session as a run's runtime (`spark/connect.py`): checked once per session and
     control plane, since the check is a job of its own."""
-    refuse_cluster_resources(master_of(spark), requests.values())
+    local = master_of(spark).startswith("local")
     task_slots = connect_task_slots(spark)
     pool = ResourcePool(ctx.resources or connect_slots(spark, requests.values(), task_slots), task_slots,
-                        assign_gpus=True)
+                        assign_gpus=local)  # on a cluster Spark assigns GPUs, by the operators' profiles
     if (spark.session_id, control.uri) not in _checked:
         check_connect_session(spark, control.host, control.port, task_slots)
         _checked.add((spark.session_id, control.uri))
-    return Runtime(control, pool, host_agents=not master_of(spark).startswith("local"),
-                   backend=lambda tag: ConnectBackend(spark, tag))
+    profiles = check_connect_stage_scheduling(spark, requests)  # fails now, by setting, what cannot be placed
+    return Runtime(control, pool, host_agents=not local, backend=lambda tag: ConnectBackend(spark, tag, profiles))

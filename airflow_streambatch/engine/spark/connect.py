@@ -91,29 +91,21 @@ def _asked(requests: Iterable[Mapping[str, float]]) -> set[str]:
     return {name for request in requests for name, amount in request.items() if name != "CPU" and amount}
 
 
-def refuse_cluster_resources(master: str, requests: Iterable[Mapping[str, float]]) -> None:
-    """GPUs and custom resources on a cluster are placed by Spark's stage-level scheduling, which
-    needs a resource profile and a local property per job: the driver cannot number a cluster's
-    GPUs (an id it made up would name another host's), so such a pipeline is refused, naming
-    what to use instead. A ``local`` master's are this host's, numbered by the driver."""
-    asked = _asked(requests)
-    if asked and not master.startswith("local"):
-        raise ConnectSessionError(
-            f"operators ask for {', '.join(sorted(asked))}, and on a Spark Connect session to a cluster ({master}) "
-            "the engine cannot see which executors own them. Use a classic session for stage-level scheduling "
-            f"(a spark:// or yarn connection, or deploy_mode='spark_submit'), see {CONNECT_DOCS}")
-
-
 def connect_slots(spark, requests: Iterable[Mapping[str, float]], task_slots: int) -> dict[str, float]:
-    """Execution slots of a Connect session: its task slots as CPU, and a ``local`` master's GPUs,
-    counted on this host (the server shares it: `check_connect_session`)."""
+    """Execution slots of a Connect session: its task slots as CPU; a ``local`` master's GPUs, counted
+    on this host (the server shares it: `check_connect_session`); a cluster's GPUs and custom resources
+    as its settings give them (`connect_profiles.resource_slots`)."""
+    from airflow_streambatch.engine.spark.connect_profiles import resource_slots
     from airflow_streambatch.engine.spark.local_gpus import check_slots, detect_local_gpus
 
     requests = list(requests)
     slots: dict[str, float] = {"CPU": float(task_slots)}
-    if "GPU" in _asked(requests):
+    master = connect_master(spark)
+    if local_master_cores(master) is None:
+        slots.update(resource_slots(spark, requests, task_slots))
+    elif "GPU" in _asked(requests):
         slots["GPU"] = float(detect_local_gpus())
-    check_slots(connect_master(spark), requests, slots)
+    check_slots(master, requests, slots)
     return slots
 
 

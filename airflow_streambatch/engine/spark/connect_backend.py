@@ -7,10 +7,11 @@ returns (lineage replays) as binary rows. The groups travel inside the function,
 operator's payload does in a classic job's closure. Jobs carry Connect operation tags (the
 run's, and one per launch), so a timed-out launch or a failed run is interrupted by tag.
 
-What a classic job has and this one does not: a FAIR pool per operator and a local
-property naming the Spark resources its tasks asked for (`profiles.py`); Connect has no
-local properties. CPU operators and a local master's GPUs (the driver numbers them, as in
-classic local mode) need neither; `connect.connect_slots` refuses the rest, naming why.
+On a cluster an operator that asks for GPUs or custom resources runs its launches under a
+resource profile created on the server (`connect_profiles`), and, as Connect has no local
+properties, the mark that tells its tasks so (`profiles.SPARK_RESOURCES_ENV`) is set in the
+worker's environment with the rest. What a classic job has and this one does not: a FAIR
+pool per operator.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Mapping
 from airflow_streambatch.engine.protocol.backend import JobOutcome
 from airflow_streambatch.engine.spark.backend import _JobThreads
 from airflow_streambatch.engine.spark.connect import worker_environment
+from airflow_streambatch.engine.spark.connect_profiles import ConnectProfiles
+from airflow_streambatch.engine.spark.profiles import SPARK_RESOURCES_ENV
 
 RESULT_SCHEMA = "result binary"
 
@@ -58,33 +61,44 @@ def _partition_task(op_blob: bytes, groups: list[list[bytes]], env: dict[str, st
 class ConnectBackend:
     """Submits task groups as Spark Connect jobs; outcomes arrive on one queue (a `protocol.backend.Backend`)."""
 
-    def __init__(self, spark, run_tag: str):
+    def __init__(self, spark, run_tag: str, profiles: ConnectProfiles | None = None):
         self.spark = spark
         self.run_tag = run_tag
+        self.profiles = profiles or ConnectProfiles(spark)
         self.outcomes: queue.Queue[JobOutcome] = queue.Queue()
+        self._requests: dict[bytes, dict[str, float]] = {}  # operator payload -> its request, for `run_now`
         self._threads = _JobThreads(run_tag)
 
     def submit(self, launch_id: int, pool: str, op_blob: bytes, groups: list[list[bytes]],
                resources: Mapping[str, float] | None = None) -> None:
-        """Run ``groups`` as one job in the background (``pool`` and ``resources``: see the module docstring)."""
-        self._threads.submit(self._run_job, launch_id, op_blob, groups)
+        """Run ``groups`` as one job in the background (``pool``: see the module docstring); ``resources``:
+        what each task of the operator asks for (``{"CPU": 1}``, ``{"GPU": 1}``)."""
+        request = dict(resources or {})
+        self._requests[op_blob] = request
+        self._threads.submit(self._run_job, launch_id, op_blob, groups, request)
 
     def close(self) -> None:
         self._threads.close()
 
-    def _collect(self, op_blob: bytes, groups: list[list[bytes]]) -> list[bytes]:
+    def _collect(self, op_blob: bytes, groups: list[list[bytes]], request: Mapping[str, float]) -> list[bytes]:
         frame = self.spark.range(0, len(groups), 1, len(groups))
-        task = _partition_task(op_blob, groups, dict(worker_environment(self.spark)))
-        rows = frame.mapInArrow(task, RESULT_SCHEMA).collect()
+        env = dict(worker_environment(self.spark))
+        marker = self.profiles.marker(request)
+        if marker is not None:
+            env[SPARK_RESOURCES_ENV] = marker
+        task = _partition_task(op_blob, groups, env)
+        rows = frame.mapInArrow(task, RESULT_SCHEMA, profile=self.profiles.profile(request)).collect()
         return [row.result for row in rows]
 
-    def _run_job(self, launch_id: int, op_blob: bytes, groups: list[list[bytes]]) -> None:
+    def _run_job(self, launch_id: int, op_blob: bytes, groups: list[list[bytes]],
+                 request: Mapping[str, float]) -> None:
         start = time.perf_counter()
         tags = (self.run_tag, self._launch_tag(launch_id))
         try:
             for tag in tags:  # Connect's tags belong to the thread that starts the operation
                 self.spark.addTag(tag)
-            outcome = JobOutcome(launch_id, self._collect(op_blob, groups), None, time.perf_counter() - start)
+            outcome = JobOutcome(launch_id, self._collect(op_blob, groups, request), None,
+                                 time.perf_counter() - start)
         except BaseException as exc:  # noqa: BLE001 - reported to the scheduler loop
             outcome = JobOutcome(launch_id, None, exc, time.perf_counter() - start)
         finally:
@@ -98,7 +112,7 @@ class ConnectBackend:
         """Run one task as a job in the calling thread (lineage replays)."""
         self.spark.addTag(self.run_tag)
         try:
-            return self._collect(op_blob, [[spec_blob]])[0]
+            return self._collect(op_blob, [[spec_blob]], self._requests.get(op_blob, {}))[0]
         finally:
             self.spark.removeTag(self.run_tag)
 

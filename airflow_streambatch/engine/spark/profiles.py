@@ -29,6 +29,7 @@ import math
 import re
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from pyspark import SparkContext
 from pyspark.resource import ExecutorResourceRequests, ResourceProfile, ResourceProfileBuilder, TaskResourceRequests
@@ -40,6 +41,9 @@ from airflow_streambatch.engine.spark.cluster import executor_resources, registe
 # A local property of every job on a cluster: the Spark resources its tasks asked for ("none": a CPU
 # operator). `worker/task_runner._task_gpus` reads it (by this literal: the worker layer imports no spark/).
 SPARK_RESOURCES_PROPERTY = "streambatch.sparkResources"
+# The same mark for a Spark Connect job, which has no local properties: an environment variable its
+# partition function sets in the Python worker while its tasks run (`connect_backend`).
+SPARK_RESOURCES_ENV = "STREAMBATCH_SPARK_RESOURCES"
 DOCS = "docs/cluster-gpus.md"
 
 _profiles: dict[tuple, ResourceProfile] = {}
@@ -107,15 +111,39 @@ def executor_amounts(sc: SparkContext, wanted: Mapping[str, float]) -> tuple[int
     return executor_shape(wanted, task_cpus(sc), int(cores) if cores else None)
 
 
+@dataclass(frozen=True)
+class ProfileRequests:
+    """What one operator's profile asks Spark for: per task (``cpus`` and resources), and, in
+    ``executor`` mode, per executor (``executor_cores`` and resources; ``None`` in ``task`` mode).
+    The one place both sessions compute it: `_build` makes a classic profile of it,
+    `connect_profiles` a Spark Connect one."""
+
+    cpus: int
+    task: dict[str, float]
+    executor_cores: int | None = None
+    executor: dict[str, int] | None = None
+
+
+def profile_requests(mode: str, wanted: Mapping[str, float], cpus_per_task: int = 1,
+                     executor_cores: int | None = None) -> ProfileRequests:
+    """The requests of a ``mode`` profile for ``wanted`` (Spark resource -> per-task amount), under
+    ``spark.task.cpus`` and ``spark.executor.cores``."""
+    if mode != "executor":
+        return ProfileRequests(cpus_per_task, dict(wanted))
+    cores, amounts = executor_shape(wanted, cpus_per_task, executor_cores)
+    return ProfileRequests(cpus_per_task, dict(wanted), cores, amounts)
+
+
 def _build(sc: SparkContext, mode: str, wanted: dict[str, float]) -> ResourceProfile:
-    tasks = TaskResourceRequests().cpus(task_cpus(sc))
-    for name, amount in wanted.items():
+    cores = _conf(sc, "spark.executor.cores")
+    asked = profile_requests(mode, wanted, task_cpus(sc), int(cores) if cores else None)
+    tasks = TaskResourceRequests().cpus(asked.cpus)
+    for name, amount in asked.task.items():
         tasks.resource(name, amount)
     builder = ResourceProfileBuilder().require(tasks)
-    if mode == "executor":
-        cores, amounts = executor_amounts(sc, wanted)
-        executors = ExecutorResourceRequests().cores(cores)
-        for name, amount in amounts.items():
+    if asked.executor is not None:
+        executors = ExecutorResourceRequests().cores(asked.executor_cores)
+        for name, amount in asked.executor.items():
             executors.resource(name, amount)
         builder.require(executors)
     return builder.build
@@ -161,22 +189,7 @@ def check_stage_scheduling(spark: SparkSession, requests: Mapping[str, Mapping[s
     mode = profile_mode(sc)
     if mode == "local":
         return
-    globally = sorted(m.group(1) for key, _ in sc.getConf().getAll()
-                      if (m := re.fullmatch(r"spark\.task\.resource\.([^.]+)\.amount", key)))
-    if globally:
-        raise ClusterResourcesError(
-            f"spark.task.resource.{globally[0]}.amount is set, so every task of every operator would hold "
-            f"{globally[0]}, CPU operators included; unset it and give num_gpus (or resources=) to the operators "
-            f"that use {globally[0]}: the engine asks Spark for them per operator ({DOCS})")
-    needs: dict[str, tuple[str, float]] = {}  # Spark resource -> (an operator that asks for it, its amount)
-    for operator, request in requests.items():
-        for name, amount in spark_resources(request).items():
-            if amount > 0.5 and amount != int(amount):
-                label = "num_gpus" if name == "gpu" else f"resources[{engine_name(name)!r}]"
-                raise ClusterResourcesError(
-                    f"{operator} asks for {label}={amount:g}; Spark gives a task either whole units or a share of "
-                    f"one of at most 0.5 (1/n): use {label}=0.5 or {math.ceil(amount)}")
-            needs.setdefault(name, (operator, amount))
+    needs = check_requests((key for key, _ in sc.getConf().getAll()), requests)
     if not needs:
         return
     if mode == "task":
@@ -185,9 +198,38 @@ def check_stage_scheduling(spark: SparkSession, requests: Mapping[str, Mapping[s
         _check_workers(sc, needs)
 
 
-def _check_static_executors(sc: SparkContext, needs: dict[str, tuple[str, float]]) -> None:
-    for name, (operator, _) in needs.items():
-        if _conf(sc, _per_executor_setting(name)) is None:
+def check_requests(conf_keys: Iterable[str],
+                   requests: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[str, float]]:
+    """What both kinds of session refuse from the application's settings (``conf_keys``) and the
+    operators' ``requests`` alone: a resource every task would hold, a share Spark cannot give.
+    Returns each Spark resource asked for -> (an operator that asks for it, its amount)."""
+    globally = sorted(m.group(1) for key in conf_keys
+                      if (m := re.fullmatch(r"spark\.task\.resource\.([^.]+)\.amount", key)))
+    if globally:
+        raise ClusterResourcesError(
+            f"spark.task.resource.{globally[0]}.amount is set, so every task of every operator would hold "
+            f"{globally[0]}, CPU operators included; unset it and give num_gpus (or resources=) to the operators "
+            f"that use {globally[0]}: the engine asks Spark for them per operator ({DOCS})")
+    needs: dict[str, tuple[str, float]] = {}
+    for operator, request in requests.items():
+        for name, amount in spark_resources(request).items():
+            if amount > 0.5 and amount != int(amount):
+                label = "num_gpus" if name == "gpu" else f"resources[{engine_name(name)!r}]"
+                raise ClusterResourcesError(
+                    f"{operator} asks for {label}={amount:g}; Spark gives a task either whole units or a share of "
+                    f"one of at most 0.5 (1/n): use {label}=0.5 or {math.ceil(amount)}")
+            if name not in needs or amount > needs[name][1]:
+                needs[name] = (operator, amount)  # the largest ask names what the cluster must offer
+    return needs
+
+
+def check_static_executor_settings(conf_get, needs: Mapping[str, tuple[str, float]]) -> None:
+    """With dynamic allocation off, tasks that ask for a resource run only on executors of the default
+    profile that own enough of it (``spark.executor.resource.<name>.amount``; ``conf_get``: the
+    application's setting by key, ``None`` when unset)."""
+    for name, (operator, amount) in needs.items():
+        owned = conf_get(_per_executor_setting(name))
+        if owned is None:
             raise ClusterResourcesError(
                 f"{operator} asks for {name}, but this application's executors own none, and with dynamic "
                 f"allocation off Spark runs such a task only on an executor of the default profile that owns "
@@ -195,6 +237,14 @@ def _check_static_executors(sc: SparkContext, needs: dict[str, tuple[str, float]
                 f"spark.dynamicAllocation.shuffleTracking.enabled=true, Spark 4's default; Spark then starts "
                 f"executors with {name} for these operators only); where every executor should own it: set "
                 f"{_per_executor_setting(name)} (workers without {name} then get no executors) ({DOCS})")
+        if float(owned) < amount:
+            raise ClusterResourcesError(
+                f"{operator} asks for {amount:g} {name} per task, but each executor owns {owned} "
+                f"({_per_executor_setting(name)}): raise it, or ask for less ({DOCS})")
+
+
+def _check_static_executors(sc: SparkContext, needs: dict[str, tuple[str, float]]) -> None:
+    check_static_executor_settings(lambda key: _conf(sc, key), needs)
     executors = registered_executors(sc, _wait_s(sc))
     for name, (operator, _) in needs.items():
         if not any(ex.get(name) for ex in executors):
