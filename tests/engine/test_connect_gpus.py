@@ -23,7 +23,7 @@ import pytest
 import airflow_streambatch.engine as sb
 from ports import free_port
 from standalone_cluster import StandaloneCluster
-from test_cluster_gpus import DYNAMIC, _discovery_script
+from test_cluster_gpus import DYNAMIC, _discovery_script, _notes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FILES, ROWS = 6, 10
@@ -85,15 +85,6 @@ def dirs(tmp_path) -> dict:
     (tmp_path / "notes").mkdir()
     return {"source": str(source), "output": str(tmp_path / "out"), "blocks": str(tmp_path / "blocks"),
             "notes": str(tmp_path / "notes")}
-
-
-def _notes(dirs: dict, kind: str) -> list[dict]:
-    notes = []
-    for name in sorted(os.listdir(dirs["notes"])):
-        if name.startswith(kind + "-"):
-            with open(os.path.join(dirs["notes"], name)) as f:
-                notes.append(json.load(f))
-    return notes
 
 
 def test_gpu_tasks_through_connect_hold_the_gpu_spark_assigned_them(connect_cluster, dirs):
