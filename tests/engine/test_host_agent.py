@@ -195,7 +195,8 @@ def serving(served) -> tuple[ControlInfo, dict, str]:
     if not process_alive(agent["pid"]):
         with contextlib.suppress(ChildProcessError):
             _, status = os.waitpid(agent["pid"], os.WNOHANG)
-            agent["ended"] = f"wait status {status}" + (f", signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else "")
+            signal_text = f", signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else ""
+            agent["ended"] = f"wait status {status}{signal_text}"
         with contextlib.suppress(OSError), open(log_file(os.path.dirname(run_dir), info.driver_id)) as f:
             agent["log"] = f.read()[-2000:]
         pytest.fail(f"the module's agent is gone: {agent}")

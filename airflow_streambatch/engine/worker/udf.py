@@ -21,6 +21,7 @@ engine's executor (no control plane to ask).
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import re
 import time
@@ -103,7 +104,13 @@ def build_ahead_of_tasks(op) -> None:
 
 
 def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator[pa.Table]:
-    """``MapBatches``: the UDF over batches of ``batch_size`` rows in ``batch_format``."""
+    """``MapBatches``: the UDF over batches of ``batch_size`` rows in ``batch_format``. A class is
+    looked up once the first batch is made: a build ahead (`build_ahead.py`) overlaps making it."""
+    batches = rebatch(tables, transform.batch_size)
+    first = next(batches, None)
+    if first is None:
+        return
+    batches = itertools.chain([first], batches)
     fn = _udf(transform, env)
 
     def call(batch: pa.Table) -> Iterator[pa.Table]:
@@ -115,9 +122,9 @@ def map_batches(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator
             yield from_udf_output(item, transform.name)
 
     if transform.threads > 1 and transform.dead_letter is None:
-        yield from _concurrently(lambda b: list(call(b)), rebatch(tables, transform.batch_size), transform.threads)
+        yield from _concurrently(lambda b: list(call(b)), batches, transform.threads)
         return
-    for batch in rebatch(tables, transform.batch_size):
+    for batch in batches:
         if transform.dead_letter is None:
             yield from call(batch)
         else:  # each output whole before any goes on: a failing call's partial output is made again by halves
