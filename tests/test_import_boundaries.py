@@ -69,6 +69,8 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.meta_count", 6),  # count() from metadata (Parquet footers, known sources)
     (f"{PACKAGE}.engine.parquet_meta", 6),  # what a Parquet read knows from its footers before it runs
     (f"{PACKAGE}.engine.read_resources", 6),  # Ray's num_cpus/concurrency/ray_remote_args of a read
+    (f"{PACKAGE}.engine.num_blocks_alias", 6),  # Ray's deprecated parallelism= on reads, from_items, range
+    (f"{PACKAGE}.engine.range_tensor", 6),  # Ray's range_tensor source
     (f"{PACKAGE}.epochs", 7),
     (f"{PACKAGE}.hooks", 8),
     (f"{PACKAGE}.operators", 8),

@@ -26,6 +26,7 @@ from airflow_streambatch.engine.execution.partitions import WriteResult
 from airflow_streambatch.engine.schema import Schema
 from airflow_streambatch.engine.in_memory import from_arrow, from_blocks, from_numpy, from_pandas
 from airflow_streambatch.engine.path_args import FileShuffleConfig
+from airflow_streambatch.engine.range_tensor import range_tensor
 from airflow_streambatch.engine.read_api import (
     from_items,
     range,
@@ -63,6 +64,7 @@ __all__ = [
     "from_numpy",
     "from_pandas",
     "range",
+    "range_tensor",
     "read_binary_files",
     "read_csv",
     "read_json",

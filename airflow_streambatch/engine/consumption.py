@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.errors import DatasetLengthError, check_positive_int
 from airflow_streambatch.engine.path_args import previewing_file_order
 from airflow_streambatch.engine.plan.logical import InputBlocks, Read
 from airflow_streambatch.engine.plan.sort import SortBy
@@ -37,7 +37,8 @@ from airflow_streambatch.engine.schema import Schema
 from airflow_streambatch.engine.split import BatchIteration
 
 # sources whose rows the driver already holds or generates: iterated in input order
-IN_MEMORY_SOURCES = frozenset({"FromItems", "Range", "FromArrow", "FromPandas", "FromNumpy", "FromBlocks"})
+IN_MEMORY_SOURCES = frozenset({"FromItems", "Range", "RangeTensor", "FromArrow", "FromPandas", "FromNumpy",
+                               "FromBlocks"})
 
 
 class DatasetConsumption:
@@ -47,8 +48,8 @@ class DatasetConsumption:
     _known_schema: pa.Schema | None = None  # from the last run that read a block of this dataset
 
     def __len__(self) -> int:
-        raise TypeError("len() of a Dataset is not defined (as in Ray): call ds.count(), which counts its rows "
-                        "from metadata where it can and otherwise runs the pipeline")
+        raise DatasetLengthError("len() of a Dataset is not defined (as in Ray): call ds.count(), which counts its "
+                                 "rows from metadata where it can and otherwise runs the pipeline")
 
     def __bool__(self) -> bool:
         return True  # a Dataset is a plan, never empty as an object (len() is not defined)

@@ -30,11 +30,11 @@ class DatasetMethods:
     # -- columns --------------------------------------------------------------------
     def select_columns(self, cols: str | list[str]):
         """Only ``cols``, in that order."""
-        return self.map_batches(partial(_select, cols=_names(cols, "select_columns")), **_ARROW)
+        return self.map_batches(partial(_select, cols=_names(cols, "select_columns", allow_empty=True)), **_ARROW)
 
     def drop_columns(self, cols: str | list[str]):
         """Every column but ``cols``."""
-        return self.map_batches(partial(_drop, cols=_names(cols, "drop_columns")), **_ARROW)
+        return self.map_batches(partial(_drop, cols=_names(cols, "drop_columns", allow_empty=True)), **_ARROW)
 
     def rename_columns(self, names: dict[str, str] | list[str]):
         """Rename by a ``{old: new}`` mapping, or give every column a new name in order."""
@@ -45,6 +45,8 @@ class DatasetMethods:
     def add_column(self, col: str, fn: Callable, *, batch_format: str | None = "pandas"):
         """Add (or replace) column ``col`` with ``fn(batch)``, a batch in ``batch_format``
         (``"pandas"`` by default, as in Ray Data)."""
+        if not callable(fn):
+            raise ValueError(f"add_column({col!r}): fn must be a function of a batch, got {type(fn).__name__}")
         return self.map_batches(partial(_add_column, col=col, fn=fn, batch_format=batch_format), **_ARROW)
 
     def random_sample(self, fraction: float, *, seed: int | None = None):
@@ -160,10 +162,13 @@ class DatasetMethods:
                    for name, values in batch.items()}
 
 
-def _names(cols, where: str) -> list[str]:
+def _names(cols, where: str, allow_empty: bool = False) -> list[str]:
+    """Column names; an empty list only where Ray takes one (``select_columns([])`` keeps the rows
+    and no column, ``drop_columns([])`` drops nothing)."""
     names = [cols] if isinstance(cols, str) else list(cols) if isinstance(cols, (list, tuple)) else None
-    if not names or not all(isinstance(c, str) for c in names):
-        raise TypeError(f"{where}: give a column name or a non-empty list of names, got {cols!r}")
+    if names is None or (not names and not allow_empty) or not all(isinstance(c, str) for c in names):
+        wanted = "a list of names" if allow_empty else "a non-empty list of names"
+        raise TypeError(f"{where}: give a column name or {wanted}, got {cols!r}")
     return names
 
 
@@ -180,7 +185,7 @@ def _select(table: pa.Table, cols: list[str]) -> pa.Table:
 
 def _drop(table: pa.Table, cols: list[str]) -> pa.Table:
     _check_present(table, cols, "drop_columns")
-    return table.drop_columns(cols)
+    return table.drop_columns(list(dict.fromkeys(cols)))  # a name given twice is dropped once, as in Ray
 
 
 def _rename(table: pa.Table, names) -> pa.Table:
@@ -195,6 +200,8 @@ def _rename(table: pa.Table, names) -> pa.Table:
 
 def _add_column(table: pa.Table, col: str, fn: Callable, batch_format: str | None) -> pa.Table:
     column = fn(to_format(table, batch_format))
+    if np.ndim(column) == 0:  # one value for every row, as pandas' ``batch[col] = 1`` in Ray's add_column
+        column = np.full(table.num_rows, column)
     values = from_udf_output({col: np.asarray(column) if not isinstance(column, (pa.Array, pa.ChunkedArray))
                               else column}, f"add_column({col!r})").column(col)
     if col in table.column_names:

@@ -104,6 +104,57 @@ def partitions_failed(failures: list[PartitionFailure], allowed: int) -> Partiti
     return error
 
 
+class BatchOutputError(TypeError, ValueError):
+    """A user function returned something that is not a batch (an int, a dict of columns of
+    different lengths): a `TypeError`, and the `ValueError` Ray raises for it."""
+
+
+class DatasetLengthError(TypeError, AttributeError):
+    """``len(ds)``: a `TypeError`, as ``len()`` of an object without a length raises, and the
+    `AttributeError` Ray's ``Dataset.__len__`` raises ("use ds.count()")."""
+
+
+class FileReadError(OSError, ValueError):
+    """A file a read cannot parse (a Parquet file among CSV files): an `OSError`, as this engine
+    reports unreadable files, and the `ValueError` Ray raises, with Ray's opening words
+    ("Failed to read CSV file: <path>"). Kept through the read task's "cannot read" wrapping."""
+
+
+_READ_ERROR_TYPES: dict[type, type] = {}
+
+
+def read_error(cause: BaseException, message: str) -> OSError:
+    """The error a read task raises for a file it could not read: an `OSError` saying ``message``
+    (which file, and why) that is also an instance of ``cause``'s type, as Ray raises the reader's
+    own error (``pytest.raises(ValueError)``, ``except pyarrow.ArrowInvalid``,
+    ``except json.JSONDecodeError`` keep working). A type that cannot be a base with `OSError`
+    gives a plain `OSError`; the cause stays the ``__cause__`` either way."""
+    kind = type(cause)
+    if issubclass(kind, OSError):
+        try:
+            return kind(message)
+        except Exception:  # an OSError subclass with a constructor of its own
+            return OSError(message)
+    dual = _READ_ERROR_TYPES.get(kind)
+    if dual is None:
+        try:
+            dual = type(f"ReadError[{kind.__name__}]", (OSError, kind),
+                        {"__module__": __name__, "__str__": OSError.__str__, "__reduce__": _reduce_read_error,
+                         "__init__": OSError.__init__, "_cause_type": kind})
+        except TypeError:  # a layout that cannot share a class with OSError's (UnicodeDecodeError)
+            dual = OSError
+        _READ_ERROR_TYPES[kind] = dual
+    return dual(message)
+
+
+def _reduce_read_error(self):  # pickles (from the executor to the driver) as the same dual type
+    return _rebuild_read_error, (self._cause_type, str(self))
+
+
+def _rebuild_read_error(kind: type, message: str) -> OSError:
+    return read_error(kind.__new__(kind), message)
+
+
 class PartialResultWarning(UserWarning):
     """A consumer's result lacks the rows of input partitions that failed.
 

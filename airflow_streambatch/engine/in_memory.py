@@ -15,21 +15,39 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_streambatch.engine.dataset import Dataset
+from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.plan.datasource import Datasource, ReadTask
 from airflow_streambatch.engine.plan.logical import Read
 from airflow_streambatch.engine.worker.batches import from_udf_output
 
 
-def from_arrow(tables) -> Dataset:
-    """One block per `pyarrow.Table` (or `RecordBatch`): a table, or a list of them."""
-    return _from_tables("FromArrow", _as_list(tables, (pa.Table, pa.RecordBatch)), "from_arrow")
+def from_arrow(tables, *, override_num_blocks: int | None = None) -> Dataset:
+    """One block per `pyarrow.Table` (or `RecordBatch`): a table, or a list of them.
+    ``override_num_blocks=n``: as Ray's, the tables' rows joined and cut into ``n`` blocks."""
+    tables = _as_list(tables, (pa.Table, pa.RecordBatch))
+    return _from_tables("FromArrow", _split(tables, override_num_blocks, "from_arrow"), "from_arrow")
 
 
-def from_pandas(dfs) -> Dataset:
-    """One block per `pandas.DataFrame`: a DataFrame, or a list of them (the index is dropped)."""
+def from_pandas(dfs, *, override_num_blocks: int | None = None) -> Dataset:
+    """One block per `pandas.DataFrame`: a DataFrame, or a list of them (the index is dropped).
+    ``override_num_blocks=n``: as Ray's, the frames' rows joined and cut into ``n`` blocks."""
     import pandas as pd
 
-    return _from_tables("FromPandas", _as_list(dfs, (pd.DataFrame,)), "from_pandas")
+    dfs = _as_list(dfs, (pd.DataFrame,))
+    return _from_tables("FromPandas", _split(dfs, override_num_blocks, "from_pandas"), "from_pandas")
+
+
+def _split(blocks: list, num_blocks: int | None, where: str) -> list:
+    """``blocks`` as they are, or (``num_blocks`` given) their rows in order cut into ``num_blocks``
+    blocks whose sizes differ by at most one row, the larger first, as NumPy's ``array_split``
+    cuts Ray's concatenated frames; with fewer rows than blocks, the last blocks are empty."""
+    check_positive_int(num_blocks, f"{where}: override_num_blocks", allow_none=True)
+    if num_blocks is None:
+        return blocks
+    table = pa.concat_tables([from_udf_output(block, where) for block in blocks], promote_options="default")
+    base, extra = divmod(table.num_rows, num_blocks)
+    starts = [i * base + min(i, extra) for i in range(num_blocks + 1)]
+    return [table.slice(start, end - start) for start, end in zip(starts, starts[1:])]
 
 
 def from_numpy(ndarrays) -> Dataset:

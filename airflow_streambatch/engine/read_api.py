@@ -31,19 +31,21 @@ from airflow_streambatch.engine.plan.datasource import (
 )
 from airflow_streambatch.engine.plan.logical import Read
 from airflow_streambatch.engine.worker.line_ranges import first_line, read_line_range
-from airflow_streambatch.engine.filesystems import resolve
 from airflow_streambatch.engine.read_formats import (
     cast_null_columns,
     check_csv_args,
     check_json_args,
     csv_compatible,
     csv_range_args,
+    first_readable,
     json_table,
+    open_csv_file,
     schema_drift,
 )
 from airflow_streambatch.engine.parquet_ranges import read_row_groups, row_groups_in
 from airflow_streambatch.engine.path_args import FileOrder, check_shuffle, normalize_path, normalize_paths
 from airflow_streambatch.engine.read_pruning import bind_filter, check_columns, check_filter, prune_source
+from airflow_streambatch.engine.num_blocks_alias import with_parallelism
 from airflow_streambatch.engine.read_resources import with_read_resources
 from airflow_streambatch.engine.read_options import HIVE, TEXT_DEFAULTS, FileOptions, file_options
 
@@ -71,11 +73,6 @@ def _files(name: str, paths, reader, opts: FileOptions, override_num_blocks, shu
         return file_datasource(name, files, (), reader, listing=opts.listing()).plan(slots, override, target_bytes)
 
     return Dataset([Read(_file_source(Datasource(name, plan), paths), override_num_blocks)])
-
-
-def _open(path: str):
-    fs, inner = resolve(path)
-    return fs.open_input_file(inner)
 
 
 @with_read_resources
@@ -162,7 +159,7 @@ def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptio
     (`parquet_ranges.read_row_groups`); a file whose schema differs from the first readable
     file's fails its own partition, naming both files. A filter that does not fit the first
     file fails here, in the driver, before any task runs."""
-    reference, expected = _first_readable(files, lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet",
+    reference, expected = first_readable(files, lambda handle: pq.ParquetFile(handle).schema_arrow, "parquet",
                                           opts.open_file)
     if row_filter is not None:
         constants = opts.constant_columns(reference, expected.names)
@@ -172,18 +169,6 @@ def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptio
         return read_row_groups(fragment, opts, expected, reference, columns, row_filter, opts.where)
 
     return reader
-
-
-def _first_readable(files: list[str], schema_of, kind: str, opener=_open) -> tuple[str, pa.Schema]:
-    """The first readable file and its schema; unreadable ones fail in their own read task."""
-    problems = []
-    for path in files:
-        try:
-            with opener(path) as handle:
-                return path, schema_of(handle)
-        except (OSError, pa.ArrowException) as exc:
-            problems.append(f"{path}: {exc}")
-    raise OSError(f"no readable {kind} file among the inputs:\n" + "\n".join(problems))
 
 
 @with_read_resources
@@ -220,7 +205,7 @@ def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = No
 def _csv_reader(files: list[str], csv_args: dict, opts: FileOptions):
     """Reads one fragment of CSV; a byte range is parsed under its file's header line, with the
     first file's column types so that every range of a file types its columns alike."""
-    reference, expected = _first_readable(files, lambda handle: pacsv.open_csv(handle, **csv_args).schema, "CSV",
+    reference, expected = first_readable(files, lambda handle: pacsv.open_csv(handle, **csv_args).schema, "CSV",
                                           opts.open_stream)
     range_args = csv_range_args(csv_args, expected)
 
@@ -237,7 +222,7 @@ def _csv_reader(files: list[str], csv_args: dict, opts: FileOptions):
                 header = first_line(handle) if fragment.byte_range[0] > 0 and range_args["header"] else b""
             handle, args = pa.BufferReader(header + lines), range_args["args"]
         with handle:
-            stream = pacsv.open_csv(handle, **args)
+            stream = open_csv_file(handle, args, fragment.path)
             found = stream.schema
             if not csv_compatible(expected, found):
                 raise ValueError(f"CSV column types differ from the first file's: {schema_drift(expected, found)}"
@@ -371,6 +356,7 @@ def _binary_reader(opts: FileOptions):
     return reader
 
 
+@with_parallelism
 def from_items(items: list, *, override_num_blocks: int | None = None) -> Dataset:
     """A dataset of Python items: dicts become rows; anything else an ``item`` column."""
     _check_blocks(override_num_blocks, "from_items")
@@ -379,6 +365,7 @@ def from_items(items: list, *, override_num_blocks: int | None = None) -> Datase
     return Dataset([Read(items_datasource(list(items)), override_num_blocks)])
 
 
+@with_parallelism
 def range(n: int, *, override_num_blocks: int | None = None) -> Dataset:  # noqa: A001 - Ray Data's name
     """Integers ``0 .. n-1`` in an ``id`` column."""
     _check_blocks(override_num_blocks, "range")

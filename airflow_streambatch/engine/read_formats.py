@@ -9,6 +9,30 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
+from airflow_streambatch.engine.errors import FileReadError
+
+def first_readable(files: list[str], schema_of, kind: str, opener) -> tuple[str, pa.Schema]:
+    """The first readable file and its schema; unreadable ones fail in their own read task."""
+    problems = []
+    for path in files:
+        try:
+            with opener(path) as handle:
+                return path, schema_of(handle)
+        except (OSError, pa.ArrowException) as exc:
+            problems.append(f"{path}: {exc}")
+    raise FileReadError(f"Failed to read {kind} file: no readable {kind} file among the inputs (check their format, "
+                        "or leave other files out with partition_filter= or file_extensions=):\n" + "\n".join(problems))
+
+
+def open_csv_file(handle, args: dict, path: str) -> pacsv.CSVStreamingReader:
+    """``pyarrow.csv.open_csv``; a file that is not CSV fails with Ray's error and type."""
+    try:
+        return pacsv.open_csv(handle, **args)
+    except pa.ArrowInvalid as exc:
+        raise FileReadError(f"Failed to read CSV file: {path}: {exc}. Check the file's format, or leave files that "
+                            "are not CSV out with partition_filter= or file_extensions=") from exc
+
+
 _CSV_OPTION_TYPES = {"parse_options": pacsv.ParseOptions, "read_options": pacsv.ReadOptions,
                      "convert_options": pacsv.ConvertOptions}
 
@@ -91,10 +115,14 @@ def json_table(data: bytes, lines: bool, whole: bool, json_args: dict | None = N
     if not lines and whole and data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"[":
         return pa.Table.from_pylist(json.loads(data), schema=schema)
     try:
-        return pajson.read_json(io.BytesIO(data), **json_args)
+        return _arrow_json(data, json_args)
     except pa.ArrowInvalid as exc:
+        if lines and whole:
+            table = _json_arrays(data, schema)
+            if table is not None:
+                return table
         if lines or not whole:
-            hint = " with lines=True every line must be one JSON object;" if lines else ""
+            hint = " with lines=True every line must be one JSON object or array;" if lines else ""
             raise ValueError(f"not JSON Lines:{hint} {exc}") from exc
         parsed = json.loads(data)
     if isinstance(parsed, dict):
@@ -103,3 +131,33 @@ def json_table(data: bytes, lines: bool, whole: bool, json_args: dict | None = N
         return pa.Table.from_pylist(parsed, schema=schema)
     raise ValueError(f"a JSON file must hold objects (one per line, an array of them, or one), got "
                      f"{type(parsed).__name__}")
+
+
+def _arrow_json(data: bytes, json_args: dict) -> pa.Table:
+    """Arrow's JSON Lines reader. A ``read_options.block_size`` smaller than a row ("straddling
+    object straddles two block boundaries") is doubled until the row fits, as Ray's reader does;
+    the caller's options object is left as it was."""
+    while True:
+        try:
+            return pajson.read_json(io.BytesIO(data), **json_args)
+        except pa.ArrowInvalid as exc:
+            options = json_args.get("read_options")
+            if "straddling" not in str(exc) or options is None or options.block_size > len(data):
+                raise
+            grown = pajson.ReadOptions(use_threads=options.use_threads, block_size=options.block_size * 2)
+            json_args = {**json_args, "read_options": grown}
+
+
+def _json_arrays(data: bytes, schema: pa.Schema | None) -> pa.Table | None:
+    """JSON Lines whose every line is an array (``["a", "b"]``): one row per line, columns named
+    by position ("0", "1", ...), a shorter line's missing values null, as pandas' ``read_json``
+    (Ray's reader for ``lines=True``) gives them. None when the lines are not all arrays."""
+    try:
+        rows = [json.loads(line) for line in data.splitlines() if line.strip()]
+    except ValueError:
+        return None
+    if not rows or not all(isinstance(row, list) for row in rows):
+        return None
+    width = max(len(row) for row in rows)
+    columns = {str(i): [row[i] if i < len(row) else None for row in rows] for i in range(width)}
+    return pa.Table.from_pydict(columns, schema=schema)

@@ -24,6 +24,7 @@ import math
 
 from airflow_streambatch.engine.compute import ActorPoolStrategy, TaskPoolStrategy
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.num_blocks_alias import with_parallelism
 from airflow_streambatch.engine.plan.logical import Read, ResourceRequest
 
 # what ``ray.remote`` takes for a task (Ray's ``task_options``)
@@ -85,6 +86,7 @@ def with_read_resources(read_fn):
     file reads have none): checked by `read_request` under the function's name before anything
     is listed, then set as the request of the dataset's read tasks. Nothing is read here."""
     where = read_fn.__name__
+    read_fn = with_parallelism(read_fn)  # Ray's deprecated ``parallelism=`` too (`num_blocks_alias.py`)
 
     @functools.wraps(read_fn)
     def read(*args, num_cpus=None, num_gpus=None, memory=None, ray_remote_args=None, concurrency=None, **kwargs):

@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_streambatch.engine.iteration import batches, check_iteration_args
@@ -154,6 +155,8 @@ class BatchIteration:
         ``local_shuffle_seed`` as in Ray Data (`iteration.py`); the prefetch arguments are checked,
         and the executor already runs ahead of the consumer."""
         check_batch_format(batch_format, "iter_batches")
+        if isinstance(batch_size, np.integer):  # a NumPy integer (``np.random.randint``'s), as Ray takes it
+            batch_size = int(batch_size)
         check_iteration_args("iter_batches", batch_size=batch_size, drop_last=drop_last,
                              local_shuffle_buffer_size=local_shuffle_buffer_size,
                              local_shuffle_seed=local_shuffle_seed, prefetch_batches=prefetch_batches,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from airflow_streambatch.engine.errors import read_error
 from airflow_streambatch.engine.filesystems import resolve_in
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
@@ -261,7 +262,7 @@ def _read_group(group: tuple[Fragment, ...], reader) -> Callable[[], Iterator[pa
             try:
                 yield from reader(fragment)
             except (OSError, pa.ArrowException, ValueError, UnicodeDecodeError) as exc:
-                raise OSError(f"cannot read {fragment_label(fragment)}: {type(exc).__name__}: {exc}") from exc
+                raise read_error(exc, f"cannot read {fragment_label(fragment)}: {type(exc).__name__}: {exc}") from exc
 
     return read
 
@@ -282,17 +283,34 @@ def items_datasource(items: list) -> Datasource:
         count = partition_count(64 * len(rows), len(rows), slots, override, target_bytes,
                                 at_least=MIN_READ_TASKS)
         bounds = [round(i * len(rows) / count) for i in range(count + 1)]
+        types = _item_types(rows)
         return [
-            ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi]), fingerprint(rows[lo:hi]))
+            ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi], types), fingerprint(rows[lo:hi]))
             for lo, hi in zip(bounds, bounds[1:])
         ]
 
     return Datasource("FromItems", plan, num_rows=len(rows))
 
 
-def _const_read(rows: list[dict]) -> Callable[[], Iterator[pa.Table]]:
+def _item_types(rows: list[dict]) -> dict[str, pa.DataType]:
+    """Each column's type over all the items, where Arrow finds one: a slice whose values of a
+    column are all None would otherwise type it null, and its block would not join the others'
+    (``from_items([{"a": 1}, {"a": None}])`` cut one item a block, then repartitioned)."""
+    try:
+        schema = pa.Table.from_pylist(rows).schema
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in a column: each slice types its own
+        return {}
+    return {field.name: field.type for field in schema if not pa.types.is_null(field.type)}
+
+
+def _const_read(rows: list[dict], types: dict[str, pa.DataType]) -> Callable[[], Iterator[pa.Table]]:
     def read():
-        yield pa.Table.from_pylist(rows)
+        table = pa.Table.from_pylist(rows)
+        for i, field in enumerate(table.schema):
+            if pa.types.is_null(field.type) and field.name in types:
+                table = table.set_column(i, pa.field(field.name, types[field.name]),
+                                         table.column(i).cast(types[field.name]))
+        yield table
 
     return read
 

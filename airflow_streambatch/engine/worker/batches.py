@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from airflow_streambatch.engine.errors import BatchOutputError
+
 BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
 DEFAULT_BATCH_FORMAT = "default"  # Ray Data's: a dict of NumPy arrays
 
@@ -56,8 +58,9 @@ def from_udf_output(value: Any, operator: str) -> pa.Table:
         try:
             return pa.table({k: _numpy_to_arrow(v) for k, v in value.items()})
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
-            raise TypeError(f"{operator} returned a dict that is not a table of equal-length columns: {exc}") from exc
-    raise TypeError(
+            raise BatchOutputError(f"{operator} returned a dict that is not a table of equal-length columns: "
+                                   f"{exc}") from exc
+    raise BatchOutputError(
         f"{operator} returned {type(value).__name__}; a batch function must return a "
         "pyarrow.Table, a pandas.DataFrame or a dict of column name to array"
     )
@@ -65,11 +68,12 @@ def from_udf_output(value: Any, operator: str) -> pa.Table:
 
 def _numpy_to_arrow(values) -> pa.Array:
     if isinstance(values, np.ndarray) and values.ndim > 1:
-        inner = values.shape[1] if values.ndim == 2 else None
-        flat = pa.array(values.reshape(len(values), -1).ravel())
-        if inner is not None:
-            return pa.FixedSizeListArray.from_arrays(flat, inner)
-        return pa.array(list(values))
+        # rows of fixed shape: a fixed-size list per trailing dimension, innermost first (an
+        # (n, 2, 3) array is n rows of 2 lists of 3), which `_column_to_numpy` turns back into it
+        array = pa.array(values.reshape(-1))
+        for size in reversed(values.shape[1:]):
+            array = pa.FixedSizeListArray.from_arrays(array, size)
+        return array
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
     return pa.array(values)

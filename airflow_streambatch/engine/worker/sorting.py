@@ -65,8 +65,10 @@ PARTIAL = "__partial_{}.{}"  # aggregation i's partial state column (`AggregateF
 
 def partial_aggregate(tables: Iterator[pa.Table], keys: tuple[str, ...], aggs: tuple, where: str) -> Iterator[pa.Table]:
     """The map side of a ``groupby`` aggregate: one row per group of this task's rows, its keys and each
-    aggregation's partial state, in key order, for the reduce task to merge."""
-    table = _joined(tables)
+    aggregation's partial state, in key order, for the reduce task to merge. Blocks whose column
+    types differ by width (int64 and the float64 pandas makes of ints with a None) are widened, as
+    pandas' concat of Ray's blocks widens them."""
+    table = _joined(tables, "permissive")
     if table is None or table.num_rows == 0:
         return
     _check_columns(table, keys + tuple(a.on for a in aggs if a.on is not None), where)
@@ -84,7 +86,7 @@ def aggregate_groups(tables: Iterator[pa.Table], keys: tuple[str, ...], aggs: tu
     groups sorted by key. ``merge``: the rows are map tasks' partials (`partial_aggregate`; states of
     differing types, as from an integer block and a float one, are promoted to a common type); else
     the input's own rows."""
-    table = _joined(tables, "permissive" if merge else "default")
+    table = _joined(tables, "permissive")  # rows of blocks typed int64 and float64 too, as for partials
     if table is None or table.num_rows == 0:
         return
     if not merge:
