@@ -151,7 +151,9 @@ class DataContext:
     :param build_ahead: a Spark partition starts building the instances of its CPU operator's
         classes, and of later CPU operators' classes whose ``concurrency`` cap is at least the
         CPU task slots (under a free slot of the cap), in a thread of its Python worker as it
-        starts, so a model loads while the input is read (default True).
+        starts, so a model loads while the input is read. Default False: on W4 here (2 cores,
+        a CPU model, local files) the build competed with the reads for the cores and saved
+        nothing (docs/benchmarks.md); it pays where reads wait on I/O.
     :param control_ports: the port(s) the driver's control plane listens on: ``None`` (default,
         any free port), a port such as ``41000`` or a range such as ``"41000-41009"`` (a busy
         port is skipped). Taken once per driver process (docs/network.md).
@@ -187,7 +189,7 @@ class DataContext:
     write_lease_ttl_s: float = 60.0
     table_commit_interval_s: float = 10.0
     control_timeout_s: float = 60.0
-    build_ahead: bool = True
+    build_ahead: bool = False
     control_ports: int | str | None = None
     agent_ports: int | str | None = None
     tls: bool = True

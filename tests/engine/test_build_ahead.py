@@ -78,6 +78,7 @@ def _run(ctx, tmp_path, *, fail: bool = False, cap: int | None = CAP):
 
 @pytest.mark.parametrize("cap", [CAP, None], ids=["capped, an operator of its own", "uncapped, fused with the read"])
 def test_the_reads_tasks_build_the_models_while_the_input_is_read(ctx, tmp_path, cap):
+    ctx.build_ahead = True
     rows, events, ds = _run(ctx, tmp_path, cap=cap)
     assert rows == list(range(BLOCKS * 10))
     builds = [e for e in events if e[0] == "new"]
@@ -97,8 +98,7 @@ def test_the_reads_tasks_build_the_models_while_the_input_is_read(ctx, tmp_path,
 
 @pytest.mark.parametrize("why", ["build_ahead=False", "a cap below the slots"])
 def test_otherwise_the_operators_own_tasks_build_them(ctx, tmp_path, why):
-    if why == "build_ahead=False":
-        ctx.build_ahead = False
+    ctx.build_ahead = why != "build_ahead=False"  # False is the default
     rows, events, _ = _run(ctx, tmp_path, cap=CAP if why == "build_ahead=False" else CAP - 1)
     assert rows == list(range(BLOCKS * 10))
     builds = [e for e in events if e[0] == "new"]
@@ -107,5 +107,6 @@ def test_otherwise_the_operators_own_tasks_build_them(ctx, tmp_path, why):
 
 @pytest.mark.parametrize("cap", [CAP, None], ids=["capped", "uncapped"])
 def test_a_build_ahead_that_fails_fails_the_run_with_the_users_error(ctx, tmp_path, cap):
+    ctx.build_ahead = True
     with pytest.raises(Exception, match="the model's weights are missing"):
         _run(ctx, tmp_path, fail=True, cap=cap)
