@@ -45,6 +45,21 @@ def new_stream(server: ControlServer, granted: int = 0) -> OutputStream:
     return OutputStream(server.info(timeout_s=5), name, granted=granted)
 
 
+def test_a_task_of_an_earlier_run_is_stopped_not_heard_by_the_same_task_of_the_next(server):
+    """One control server serves a process's runs in turn: a task of a failed run still running
+    names its stream with its run, so the next run's same task and launch never takes its records
+    (it did, and stopped with ForgedStreamRecordError)."""
+    launch = next(_launches)
+    earlier, later = (str(StreamId(0, "p00000", launch, run)) for run in ("run-a", "run-b"))
+    server.open_stream(later, 1)
+    leftover = OutputStream(server.info(timeout_s=5), earlier, granted=1)
+    ref = BlockRef("0:p00000:0", "/run-a/0-p00000-0.arrow", 1, 8, ("Op", "p00000", 0), (0,))
+    with pytest.raises(RuntimeError, match="no longer runs task stream"):
+        leftover.announce(ref)
+    assert server.take_records(later) == []
+    server.close_stream(later)
+
+
 class Waiter:
     """A task thread blocked in ``wait_for(index)``; what ended it, and when."""
 

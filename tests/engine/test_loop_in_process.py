@@ -120,8 +120,12 @@ def test_a_partition_that_keeps_failing_is_set_apart_within_max_failed_partition
 
 
 def test_a_partition_past_max_failed_partitions_fails_the_run_naming_it(ctx):
+    executors = []
     with pytest.raises(Exception, match=r"(?s)partition 1.*row 7 is bad"):
-        run_in_process(sb.range(40, override_num_blocks=8).map_batches(_always_fails_on_seven))
+        run_in_process(sb.range(40, override_num_blocks=8).map_batches(_always_fails_on_seven),
+                       started=executors.append)
+    run_id = executors[0].run_id  # the failed run's task streams are closed (they held the control plane busy)
+    assert not [name for name in executors[0].control._streams if name.endswith(f"@{run_id}")]
 
 
 def test_a_lost_output_block_is_rebuilt_by_lineage(ctx):

@@ -23,7 +23,9 @@ def test_a_stream_id_travels_as_its_old_wire_name_and_parses_back():
     assert str(stream) == "2-p00007-41"
     assert StreamId.parse(str(stream)) == stream
     assert StreamId.parse("0-a-b-c-9") == StreamId(0, "a-b-c", 9)  # only the ends are fixed
-    for bad in ("p00007", "2-41", "x-k-1"):
+    ours = StreamId(2, "p00007", 41, "3f2a9c")
+    assert str(ours) == "2-p00007-41@3f2a9c" and StreamId.parse(str(ours)) == ours != stream
+    for bad in ("p00007", "2-41", "x-k-1", "2-p00007-41@"):
         with pytest.raises(ValueError):
             StreamId.parse(bad)
 

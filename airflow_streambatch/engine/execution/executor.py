@@ -182,6 +182,7 @@ class StreamingExecutor:
                                 "staged files are swept by the next write", len(parts.launcher.launches), self.run_id,
                                 CANCEL_WAIT_S)
             self.control.check_ins.close(self.run_id)
+            parts.grants.streams.close_all()
             parts.backend.close()
             if self.committer is not None:
                 error = self.partitions.finish_write(error)

@@ -102,6 +102,7 @@ class Launcher:
         self.launch_log = launch_log  # (operator index, tasks, partitions) per launch, for stats
         self.blocks = blocks
         self.launches: dict[int, Launch] = {}
+        self.run_id = run_id
         self.payloads = {
             op.index: cloudpickle.dumps(OperatorPayload(
                 op.index, op.name, op.physical.transforms, run_dir, op.max_block_bytes, run_id, blocks.control,
@@ -193,7 +194,7 @@ class Launcher:
             granted, allowance = 0, int(reserved)
         else:
             granted, allowance = int((reserved + input_bytes) // op.block_estimate(input_bytes)), 0
-        stream = StreamId(op.index, spec.task_key, launch_id)
+        stream = StreamId(op.index, spec.task_key, launch_id, self.run_id)
         spec = spec.placed(Placement(
             gpu_ids=spark_partition.gpu_ids, stream=stream, granted=granted, allowance=allowance,
             skip_blocks=self.grants.streamed(op.index, spec.task_key),

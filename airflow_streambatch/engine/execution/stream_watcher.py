@@ -72,6 +72,12 @@ class StreamWatcher:
         self.server.close_stream(name)
         return self.tasks.pop(name)
 
+    def close_all(self) -> None:
+        """The run is over: its streams close, and a task of it still running is told to stop
+        (a failed run's were left open, and held the control server busy)."""
+        for name in list(self.tasks):
+            self.forget(name)
+
     def poll(self) -> list[tuple[WatchedTask, BlockRef]]:
         """New blocks announced since the last poll, in each task's order."""
         found = []

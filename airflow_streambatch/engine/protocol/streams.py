@@ -4,7 +4,11 @@ Why a type: the driver watches one stream per attempt of a task (`execution/stre
 and must know which launch (Spark job) an attempt runs in to preempt it (`execution/liveness.py`);
 the task names its stream in every record and grant request (`worker/streams.py`). The id is
 built once, by the launcher, and its parts are read as fields, never parsed back out of text.
-Its wire form is the string ``<op_index>-<task_key>-<launch_id>`` (`str`, `StreamId.parse`).
+Its wire form is the string ``<op_index>-<task_key>-<launch_id>@<run_id>`` (`str`,
+`StreamId.parse`): the run's id in it, since one control server serves a process's runs one
+after another, and a task of a failed run still running must not write into the stream of
+the same task and launch of the next run (seen: the next run stopped with
+`ForgedStreamRecordError`, the old task's block being in the old run's directory).
 
 A grant is a number of blocks a task may write; two values mean more than a count:
 ``NO_GRANT_LIMIT`` (unwatched tasks and lineage replays write freely) and ``YIELD`` (stop and
@@ -26,18 +30,21 @@ class StreamId:
     op_index: int
     task_key: str
     launch_id: int
+    run_id: str = ""
 
     def __str__(self) -> str:
-        return f"{self.op_index}-{self.task_key}-{self.launch_id}"
+        name = f"{self.op_index}-{self.task_key}-{self.launch_id}"
+        return f"{name}@{self.run_id}" if self.run_id else name
 
     @classmethod
     def parse(cls, name: str) -> StreamId:
         """The id a wire name stands for; ``ValueError`` for a name no launch gave out."""
+        name, at, run_id = name.rpartition("@") if "@" in name else (name, "", "")
         op_index, sep, rest = name.partition("-")
         task_key, sep2, launch_id = rest.rpartition("-")
-        if not (sep and sep2 and task_key):
-            raise ValueError(f"not a task stream name (<op_index>-<task_key>-<launch_id>): {name!r}")
-        return cls(int(op_index), task_key, int(launch_id))
+        if not (sep and sep2 and task_key) or (at and not run_id):
+            raise ValueError(f"not a task stream name (<op_index>-<task_key>-<launch_id>@<run_id>): {name!r}")
+        return cls(int(op_index), task_key, int(launch_id), run_id)
 
 
 @dataclass(frozen=True)
