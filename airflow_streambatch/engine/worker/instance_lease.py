@@ -85,9 +85,7 @@ def instance_for(transform, env, build: Callable[[], Any]) -> Any:
     lease, waited_s = _take_held(key, transform.name, env.control.timeout_s)
     if lease is not None and lease.ahead:  # its build counts once, in its first task, which waited ``waited_s``
         lease.ahead = False
-        env.builds += 1
-        env.build_s += lease.build_s
-        env.build_ahead_s += max(0.0, lease.build_s - waited_s)
+        env.count_build(lease.build_s, waited_s)
     if lease is not None and lease.must_go:  # the driver no longer counts it: go now, build under a new slot
         with _cond:
             lease.busy = False

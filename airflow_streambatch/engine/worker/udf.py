@@ -62,6 +62,14 @@ class TaskEnv:
     set_aside: list[dict] = field(default_factory=list)  # rows a function failed on, with on_error="quarantine"
     dead_letter: str | None = None  # the write's path, where those rows are staged
 
+    def count_build(self, build_s: float, waited_s: float | None = None) -> None:
+        """A model copy this task built, in ``build_s``; or one built ahead of it
+        (`build_ahead.py`), of whose ``build_s`` the task waited ``waited_s``."""
+        self.builds += 1
+        self.build_s += build_s
+        if waited_s is not None:
+            self.build_ahead_s += max(0.0, build_s - waited_s)
+
     def end_task(self) -> None:
         """The task is over: its capped instances go idle, or are released if the driver wants them."""
         leases, self.leases = self.leases, []
@@ -78,8 +86,7 @@ def _udf(transform, env: TaskEnv) -> Callable:
         try:
             return construct(transform)
         finally:
-            env.builds += 1
-            env.build_s += time.perf_counter() - start
+            env.count_build(time.perf_counter() - start)
 
     if transform.compute.concurrency is not None and env.control is not None:
         return instance_for(transform, env, build)
@@ -92,9 +99,7 @@ def _udf(transform, env: TaskEnv) -> Callable:
         else:  # its build counts here, in the first task that uses it
             instance, build_s, waited_s = ahead
             _INSTANCES[key] = instance
-            env.builds += 1
-            env.build_s += build_s
-            env.build_ahead_s += max(0.0, build_s - waited_s)
+            env.count_build(build_s, waited_s)
     return instance
 
 
