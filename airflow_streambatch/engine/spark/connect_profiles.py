@@ -32,8 +32,11 @@ from airflow_streambatch.engine.spark.profiles import (
     check_static_executor_settings,
     engine_name,
     executor_shape,
-    profile_requests,
+    per_executor_setting,
+    settings_mode,
+    settings_requests,
     spark_resources,
+    worker_settings,
 )
 
 _profiles: dict[tuple, object] = {}  # (Connect session, mode, request) -> its profile, created on the server once
@@ -46,17 +49,8 @@ def _setting(spark, key: str, default: str | None = None) -> str | None:
 
 
 def connect_mode(spark) -> str:
-    """`profiles.profile_mode` of a Connect session's application, from its settings."""
-    if (_setting(spark, "spark.master", "local[*]") or "local").startswith("local"):
-        return "local"
-    dynamic = (_setting(spark, "spark.dynamicAllocation.enabled", "false") or "").strip().lower() == "true"
-    return "executor" if dynamic else "task"
-
-
-def _asked(spark, mode: str, wanted: Mapping[str, float]) -> ProfileRequests:
-    cores = _setting(spark, "spark.executor.cores")
-    return profile_requests(mode, wanted, max(1, int(_setting(spark, "spark.task.cpus", "1") or 1)),
-                            int(cores) if cores else None)
+    """`profiles.settings_mode` of a Connect session's application."""
+    return settings_mode(lambda key: _setting(spark, key))
 
 
 @contextmanager
@@ -109,7 +103,8 @@ class ConnectProfiles:
         with _profiles_lock:
             if key not in _profiles:
                 try:
-                    _profiles[key] = _create(self.spark, _asked(self.spark, self.mode, wanted))
+                    _profiles[key] = _create(self.spark, settings_requests(
+                        lambda key: _setting(self.spark, key), self.mode, wanted))
                 except Exception as exc:  # the server refused it: its reason names the setting
                     raise ClusterResourcesError(
                         f"the Spark Connect server refused a resource profile for {sorted(wanted)}: {exc} "
@@ -195,12 +190,12 @@ def check_connect_stage_scheduling(spark, requests: Mapping[str, Mapping[str, fl
         names = sorted(spark_resources(request))
         held = _probe(spark, profiles.profile(request), names, wait_s)
         if held is None or sorted(filter(None, held.split(","))) != names:
-            where = f"set {_workers(names)} on the workers that have them"
+            where = f"set {' and '.join(worker_settings(n) for n in names)} on the workers that have them"
             if profiles.mode == "executor":
                 where += (", with cores free there for executors of this request (the default profile's executors "
                           "may hold them all: spark.executor.cores, spark.dynamicAllocation.maxExecutors)")
             else:
-                where = (f"executors own {', '.join(names)} ({', '.join(_per_executor(n) for n in names)}) but "
+                where = (f"executors own {', '.join(names)} ({', '.join(per_executor_setting(n) for n in names)}) but "
                          f"none took the task: {where}")
             raise ClusterResourcesError(
                 f"{operator} asks for {', '.join(names)}, and Spark placed no task of that request within "
@@ -208,15 +203,6 @@ def check_connect_stage_scheduling(spark, requests: Mapping[str, Mapping[str, fl
                 f"{_setting(spark, 'spark.master')}: {where} ({DOCS})")
         _placed.add(profiles.key(request))
     return profiles
-
-
-def _per_executor(name: str) -> str:
-    return f"spark.executor.resource.{name}.amount"
-
-
-def _workers(names: Iterable[str]) -> str:
-    return " and ".join(f"spark.worker.resource.{n}.amount with spark.worker.resource.{n}.discoveryScript"
-                        for n in names)
 
 
 def resource_slots(spark, requests: Iterable[Mapping[str, float]], task_slots: int) -> dict[str, float]:
@@ -237,7 +223,7 @@ def resource_slots(spark, requests: Iterable[Mapping[str, float]], task_slots: i
     if mode == "task":
         executors = max(1, task_slots * cpus // int(cores)) if cores else 1
         for name in names:
-            slots[engine_name(name)] = float(executors * float(_setting(spark, _per_executor(name), "0") or 0))
+            slots[engine_name(name)] = float(executors * float(_setting(spark, per_executor_setting(name), "0") or 0))
         return slots
     most = _setting(spark, "spark.dynamicAllocation.maxExecutors")
     executors = int(most) if most and int(most) < 1 << 20 else 1

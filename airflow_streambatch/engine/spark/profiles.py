@@ -73,15 +73,25 @@ def _conf(sc: SparkContext, key: str, default: str | None = None) -> str | None:
     return sc.getConf().get(key, default)
 
 
+def _dynamic(conf_get) -> bool:
+    return (conf_get("spark.dynamicAllocation.enabled") or "").strip().lower() == "true"
+
+
 def dynamic_allocation(sc: SparkContext) -> bool:
-    return (_conf(sc, "spark.dynamicAllocation.enabled", "false") or "").strip().lower() == "true"
+    return _dynamic(lambda key: _conf(sc, key))
+
+
+def settings_mode(conf_get) -> str:
+    """``local``, ``executor`` (dynamic allocation: profiles with executors of their own) or ``task``,
+    from an application's settings (``conf_get``: a setting by key, ``None`` when unset), a classic
+    context's or a Spark Connect session's."""
+    if (conf_get("spark.master") or "local").startswith("local"):
+        return "local"
+    return "executor" if _dynamic(conf_get) else "task"
 
 
 def profile_mode(sc: SparkContext) -> str:
-    """``local``, ``executor`` (dynamic allocation: profiles with executors of their own) or ``task``."""
-    if is_local(sc):
-        return "local"
-    return "executor" if dynamic_allocation(sc) else "task"
+    return settings_mode(lambda key: _conf(sc, key))
 
 
 def spark_assigns_gpus(spark: SparkSession) -> bool:
@@ -134,9 +144,16 @@ def profile_requests(mode: str, wanted: Mapping[str, float], cpus_per_task: int 
     return ProfileRequests(cpus_per_task, dict(wanted), cores, amounts)
 
 
+def settings_requests(conf_get, mode: str, wanted: Mapping[str, float]) -> ProfileRequests:
+    """`profile_requests` under an application's ``spark.task.cpus`` and ``spark.executor.cores``
+    (``conf_get`` as for `settings_mode`)."""
+    cores = conf_get("spark.executor.cores")
+    return profile_requests(mode, wanted, max(1, int(conf_get("spark.task.cpus") or 1)),
+                            int(cores) if cores else None)
+
+
 def _build(sc: SparkContext, mode: str, wanted: dict[str, float]) -> ResourceProfile:
-    cores = _conf(sc, "spark.executor.cores")
-    asked = profile_requests(mode, wanted, task_cpus(sc), int(cores) if cores else None)
+    asked = settings_requests(lambda key: _conf(sc, key), mode, wanted)
     tasks = TaskResourceRequests().cpus(asked.cpus)
     for name, amount in asked.task.items():
         tasks.resource(name, amount)
@@ -174,11 +191,11 @@ def _wait_s(sc: SparkContext) -> float:
     return float(sc._jsc.sc().conf().getTimeAsSeconds("spark.scheduler.maxRegisteredResourcesWaitingTime", "30s"))
 
 
-def _per_executor_setting(name: str) -> str:
+def per_executor_setting(name: str) -> str:
     return f"spark.executor.resource.{name}.amount"
 
 
-def _worker_settings(name: str) -> str:
+def worker_settings(name: str) -> str:
     return f"spark.worker.resource.{name}.amount and spark.worker.resource.{name}.discoveryScript"
 
 
@@ -228,7 +245,7 @@ def check_static_executor_settings(conf_get, needs: Mapping[str, tuple[str, floa
     profile that own enough of it (``spark.executor.resource.<name>.amount``; ``conf_get``: the
     application's setting by key, ``None`` when unset)."""
     for name, (operator, amount) in needs.items():
-        owned = conf_get(_per_executor_setting(name))
+        owned = conf_get(per_executor_setting(name))
         if owned is None:
             raise ClusterResourcesError(
                 f"{operator} asks for {name}, but this application's executors own none, and with dynamic "
@@ -236,11 +253,11 @@ def check_static_executor_settings(conf_get, needs: Mapping[str, tuple[str, floa
                 f"{name}. Where only some workers have {name}: set spark.dynamicAllocation.enabled=true (with "
                 f"spark.dynamicAllocation.shuffleTracking.enabled=true, Spark 4's default; Spark then starts "
                 f"executors with {name} for these operators only); where every executor should own it: set "
-                f"{_per_executor_setting(name)} (workers without {name} then get no executors) ({DOCS})")
+                f"{per_executor_setting(name)} (workers without {name} then get no executors) ({DOCS})")
         if float(owned) < amount:
             raise ClusterResourcesError(
                 f"{operator} asks for {amount:g} {name} per task, but each executor owns {owned} "
-                f"({_per_executor_setting(name)}): raise it, or ask for less ({DOCS})")
+                f"({per_executor_setting(name)}): raise it, or ask for less ({DOCS})")
 
 
 def _check_static_executors(sc: SparkContext, needs: dict[str, tuple[str, float]]) -> None:
@@ -250,8 +267,8 @@ def _check_static_executors(sc: SparkContext, needs: dict[str, tuple[str, float]
         if not any(ex.get(name) for ex in executors):
             raise ClusterResourcesError(
                 f"{operator} asks for {name}, but none of the {len(executors)} executor(s) that registered owns "
-                f"{name} ({_per_executor_setting(name)}={_conf(sc, _per_executor_setting(name))}): set "
-                f"{_worker_settings(name)} on the workers that have it ({DOCS})")
+                f"{name} ({per_executor_setting(name)}={_conf(sc, per_executor_setting(name))}): set "
+                f"{worker_settings(name)} on the workers that have it ({DOCS})")
 
 
 def _check_workers(sc: SparkContext, needs: dict[str, tuple[str, float]]) -> None:
@@ -264,7 +281,7 @@ def _check_workers(sc: SparkContext, needs: dict[str, tuple[str, float]]) -> Non
             have = sorted(w.resources.get(name, 0) for w in workers)
             raise ClusterResourcesError(
                 f"{operator} asks for {name}, but no worker of {sc.master} offers an executor with {amounts[name]} "
-                f"{name} and {cores} core(s) (the workers' {name}: {have}): set {_worker_settings(name)} on the "
+                f"{name} and {cores} core(s) (the workers' {name}: {have}): set {worker_settings(name)} on the "
                 f"workers that have it ({DOCS})")
 
 
