@@ -18,13 +18,7 @@ import pyarrow as pa
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.num_blocks_alias import with_parallelism
-from airflow_streambatch.engine.plan.datasource import (
-    MIN_READ_TASKS,
-    READ_BATCH_ROWS,
-    Datasource,
-    ReadTask,
-    partition_count,
-)
+from airflow_streambatch.engine.plan.datasource import READ_BATCH_ROWS, Datasource, ReadTask, row_ranges
 from airflow_streambatch.engine.plan.logical import Read
 from airflow_streambatch.engine.worker.batches import from_udf_output
 
@@ -40,10 +34,9 @@ def range_tensor(n: int, *, shape: tuple[int, ...] = (1,), override_num_blocks: 
     row_bytes = 8 * int(np.prod(shape))
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
-        count = partition_count(row_bytes * n, n, slots, override, target_bytes, at_least=MIN_READ_TASKS)
-        bounds = [round(i * n / count) for i in range(count + 1)]
         return [ReadTask(f"range_tensor[{lo}:{hi}]", row_bytes * (hi - lo), _read(lo, hi, shape),
-                         f"range_tensor[{lo}:{hi}]{shape}") for lo, hi in zip(bounds, bounds[1:])]
+                         f"range_tensor[{lo}:{hi}]{shape}")
+                for lo, hi in row_ranges(n, row_bytes, slots, override, target_bytes)]
 
     return Dataset([Read(Datasource("RangeTensor", plan, num_rows=n), override_num_blocks)])
 

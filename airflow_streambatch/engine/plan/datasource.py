@@ -276,17 +276,22 @@ def _read_group(group: tuple[Fragment, ...], reader) -> Callable[[], Iterator[pa
 MIN_READ_TASKS = 200
 
 
+def row_ranges(n: int, row_bytes: int, slots: int, override: int | None, target_bytes: int) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` row ranges of the read tasks of a source of ``n`` rows known before
+    reading (about ``row_bytes`` each): even, at least `MIN_READ_TASKS` of them (`partition_count`)."""
+    count = partition_count(row_bytes * n, n, slots, override, target_bytes, at_least=MIN_READ_TASKS)
+    bounds = [round(i * n / count) for i in range(count + 1)]
+    return list(zip(bounds, bounds[1:]))
+
+
 def items_datasource(items: list) -> Datasource:
     rows = [item if isinstance(item, dict) else {"item": item} for item in items]
 
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
-        count = partition_count(64 * len(rows), len(rows), slots, override, target_bytes,
-                                at_least=MIN_READ_TASKS)
-        bounds = [round(i * len(rows) / count) for i in range(count + 1)]
         types = _item_types(rows)
         return [
             ReadTask(f"items[{lo}:{hi}]", 64 * (hi - lo), _const_read(rows[lo:hi], types), fingerprint(rows[lo:hi]))
-            for lo, hi in zip(bounds, bounds[1:])
+            for lo, hi in row_ranges(len(rows), 64, slots, override, target_bytes)
         ]
 
     return Datasource("FromItems", plan, num_rows=len(rows))
@@ -317,11 +322,8 @@ def _const_read(rows: list[dict], types: dict[str, pa.DataType]) -> Callable[[],
 
 def range_datasource(n: int) -> Datasource:
     def plan(slots: int, override: int | None, target_bytes: int) -> list[ReadTask]:
-        count = partition_count(8 * n, n, slots, override, target_bytes,
-                                at_least=MIN_READ_TASKS)
-        bounds = [round(i * n / count) for i in range(count + 1)]
         return [ReadTask(f"range[{lo}:{hi}]", 8 * (hi - lo), _range_read(lo, hi), f"range[{lo}:{hi}]")
-                for lo, hi in zip(bounds, bounds[1:])]
+                for lo, hi in row_ranges(n, 8, slots, override, target_bytes)]
 
     return Datasource("Range", plan, num_rows=n)
 
