@@ -34,6 +34,8 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.network_settings", 0),
     (f"{PACKAGE}.engine.filesystems", 0),
     (f"{PACKAGE}.engine.atomic_files", 0),
+    (f"{PACKAGE}.engine.execution_resources", 0),  # Ray's ExecutionResources, held by DataContext
+    (f"{PACKAGE}.engine.save_mode", 0),  # Ray's SaveMode, which the output layer takes too
     (f"{PACKAGE}.engine.protocol", 1),  # contracts between the driver and the executors
     (f"{PACKAGE}.engine.worker", 2),
     (f"{PACKAGE}.engine.plan", 3),
@@ -71,6 +73,8 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.read_resources", 6),  # Ray's num_cpus/concurrency/ray_remote_args of a read
     (f"{PACKAGE}.engine.num_blocks_alias", 6),  # Ray's deprecated parallelism= on reads, from_items, range
     (f"{PACKAGE}.engine.range_tensor", 6),  # Ray's range_tensor source
+    (f"{PACKAGE}.engine.read_numpy", 6),  # Ray's read_numpy: .npy files as tensor rows
+    (f"{PACKAGE}.engine.extensions", 6),  # Ray's ray.data.extensions names (ArrowTensorType)
     (f"{PACKAGE}.epochs", 7),
     (f"{PACKAGE}.hooks", 8),
     (f"{PACKAGE}.operators", 8),
@@ -103,6 +107,7 @@ DRIVER_USES_OF_THE_WORKER: dict[tuple[str, str], str] = {
     ("sorting", "*"): "sort/groupby plan nodes call the executor-side sort and group code from methods run there",
     ("shuffle_rows", "permuted"): "random_shuffle's plan node permutes rows in a method run on executors",
     ("zip_columns", "zipped"): "zip's plan node joins columns in a method run on executors",
+    ("tensors", "rows_table"): "from_items' read tasks, run on executors, turn items with arrays into tensor columns",
 }
 EXACT_ONLY = {PACKAGE, f"{PACKAGE}.engine"}  # these rank only the package module itself, not what is under it
 

@@ -23,10 +23,13 @@ from airflow_streambatch.engine.errors import (
     UserCodeException,
 )
 from airflow_streambatch.engine.execution.partitions import WriteResult
+from airflow_streambatch.engine.execution_resources import ExecutionResources
 from airflow_streambatch.engine.schema import Schema
 from airflow_streambatch.engine.in_memory import from_arrow, from_blocks, from_numpy, from_pandas
 from airflow_streambatch.engine.path_args import FileShuffleConfig
 from airflow_streambatch.engine.range_tensor import range_tensor
+from airflow_streambatch.engine.save_mode import SaveMode
+from airflow_streambatch.engine.read_numpy import read_numpy
 from airflow_streambatch.engine.read_api import (
     from_items,
     range,
@@ -46,6 +49,7 @@ __all__ = [
     "read_datasource",
     "DataIterator",
     "ExecutionOptions",
+    "ExecutionResources",
     "FileShuffleConfig",
     "Dataset",
     "LineageError",
@@ -53,6 +57,7 @@ __all__ = [
     "PartialResultWarning",
     "PartitionFailure",
     "PartitionsFailedError",
+    "SaveMode",
     "Schema",
     "StreamBatchError",
     "UserCodeError",
@@ -68,6 +73,7 @@ __all__ = [
     "read_binary_files",
     "read_csv",
     "read_json",
+    "read_numpy",
     "read_parquet",
     "read_text",
 ]

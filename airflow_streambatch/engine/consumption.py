@@ -35,6 +35,7 @@ from airflow_streambatch.engine.plan.logical import InputBlocks, Read
 from airflow_streambatch.engine.plan.sort import SortBy
 from airflow_streambatch.engine.schema import Schema
 from airflow_streambatch.engine.split import BatchIteration
+from airflow_streambatch.engine.worker.tensors import table_rows
 
 # sources whose rows the driver already holds or generates: iterated in input order
 IN_MEMORY_SOURCES = frozenset({"FromItems", "Range", "RangeTensor", "FromArrow", "FromPandas", "FromNumpy",
@@ -86,12 +87,12 @@ class DatasetConsumption:
         """The first ``limit`` rows (see the module's note on order); fewer if there are fewer."""
         check_positive_int(limit, "take(limit): limit", allow_zero=True)
         head = self.limit(limit)
-        return [row for table in head._gathered(head._keeps_input_order()) for row in table.to_pylist()]
+        return [row for table in head._gathered(head._keeps_input_order()) for row in table_rows(table)]
 
     def take_all(self, limit: int | None = None) -> list[dict]:
         """Every row, in input order; ``ValueError`` as soon as there are more than ``limit``."""
         check_positive_int(limit, "take_all(limit): limit", allow_zero=True, allow_none=True)
-        return [row for table in self._gathered(False, limit) for row in table.to_pylist()]
+        return [row for table in self._gathered(False, limit) for row in table_rows(table)]
 
     def schema(self, fetch_if_missing: bool = True) -> Schema | None:
         """The columns and types (Ray's `Schema`) of the first output block; runs the pipeline until

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from airflow_streambatch.engine.errors import check_positive_int
+from airflow_streambatch.engine.execution_resources import ExecutionResources
 from airflow_streambatch.engine.filesystems import free_bytes
 from airflow_streambatch.engine.network_settings import NETWORK_SETTINGS, validate_network_setting
 
@@ -59,13 +60,23 @@ class ExecutionOptions:
     :param preserve_order: output in input order, the same on every run, and ``limit(n)``
         (``take(n)``) the first ``n`` rows of the input. Off by default, as in Ray Data: a
         block then waits for every block before it (`execution/ordering.py`).
+    :param resource_limits: Ray's `ExecutionResources` capping a run: ``cpu``/``gpu`` cap the
+        CPU/GPU slots, ``object_store_memory`` caps ``memory_limit``, ``memory`` is accepted
+        and ignored (`execution_resources.py`). Default: no limit.
     """
 
     preserve_order: bool = False
+    resource_limits: ExecutionResources = field(default_factory=ExecutionResources)
 
     def __setattr__(self, name: str, value) -> None:
         if name == "preserve_order" and not isinstance(value, bool):
             raise ValueError(f"DataContext.execution_options.preserve_order must be True or False, got {value!r}")
+        if name == "resource_limits":
+            if isinstance(value, Mapping):  # a DAG's data_context gives it as JSON
+                value = ExecutionResources(**value)
+            if not isinstance(value, ExecutionResources):
+                raise ValueError("DataContext.execution_options.resource_limits must be an ExecutionResources "
+                                 f"(ExecutionResources(cpu=4, object_store_memory=2 << 30)), got {value!r}")
         super().__setattr__(name, value)
 
 
@@ -165,7 +176,7 @@ class DataContext:
         the certificate is not self-signed). Agents keep certificates from the generated CA.
     :param tls_key_file: the private key of ``tls_cert_file`` (PEM).
     :param tls_ca_file: PEM of the authority that signed ``tls_cert_file``; executors trust it.
-    :param execution_options: Ray Data's `ExecutionOptions` (``preserve_order``).
+    :param execution_options: Ray Data's `ExecutionOptions` (``preserve_order``, ``resource_limits``).
     """
 
     target_max_block_size: int = 128 * MiB
@@ -280,7 +291,8 @@ class DataContext:
         values.update(changes)
         if values["resources"] is not None:
             values["resources"] = dict(values["resources"])
-        values["execution_options"] = replace(values["execution_options"])
+        options = values["execution_options"]
+        values["execution_options"] = replace(options, resource_limits=options.resource_limits.copy())
         return DataContext(**values)
 
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.plan.logical import InputBlocks, Limit, Read, Repartition, Transform
 from airflow_streambatch.engine.plan.shuffle import MAP_SIDE, ShuffleRows
+from airflow_streambatch.engine.worker.tensors import type_name
 
 LINE_LIMIT, INDENT = 80, " " * 3  # Ray's SCHEMA_LINE_CHAR_LIMIT and indent
 
@@ -58,7 +59,7 @@ def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int) -
         blocks = len(source.blocks) if classname == "MaterializedDataset" else None
         schema = schema if schema is not None else _block_schema(source.blocks)
     schema_str = "Unknown schema" if schema is None else (
-        "{" + ", ".join(f"{field.name}: {field.type}" for field in schema) + "}")
+        "{" + ", ".join(f"{field.name}: {type_name(field.type)}" for field in schema) + "}")
     params = ([f"num_blocks={blocks}"] if blocks is not None else []) + [f"num_rows={rows}", f"schema={schema_str}"]
     one_line = f"{classname}({', '.join(params)})"
     if len(one_line) <= LINE_LIMIT:

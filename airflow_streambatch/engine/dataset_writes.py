@@ -1,4 +1,4 @@
-"""Ray Data's ``write_parquet``, ``write_json`` and ``write_csv``, on `Dataset`.
+"""Ray Data's ``write_parquet``, ``write_json``, ``write_csv`` and ``write_numpy``, on `Dataset`.
 
 Each write stages its files per partition and commits each partition at once
 (`output/commit.py`, `docs/reliability.md`). A partition is an input partition,
@@ -20,6 +20,7 @@ from airflow_streambatch.engine.output.commit import CommitRecord
 from airflow_streambatch.engine.output.tables import TableTarget
 from airflow_streambatch.engine.output.target import WRITE_MODES, OutputTarget
 from airflow_streambatch.engine.plan.logical import Read, Repartition, ResourceRequest, WriteFiles
+from airflow_streambatch.engine.save_mode import mode_string
 from airflow_streambatch.engine.worker.sinks import SinkOptions
 
 OnCommit = Callable[[CommitRecord], None] | None
@@ -44,10 +45,12 @@ class DatasetWrites:
         (finish an interrupted write: partitions committed from the same input are
         skipped without running, a partition whose input changed is refused; not after a
         ``repartition``), ``"overwrite"`` (delete what earlier writes committed, then
-        write), ``"error"`` (refuse if anything is there) or ``"ignore"`` (do nothing if
-        anything is there). ``on_commit`` is called in the driver with each partition's
-        commit record as it lands (the Airflow operator records progress with it). See
-        ``docs/reliability.md`` for how readers see only committed rows.
+        write), ``"error"`` (refuse if the path exists, an empty directory too, as Ray Data
+        does: ``ValueError``, also a ``FileExistsError``) or ``"ignore"`` (run and write nothing
+        if the path exists); Ray's ``SaveMode`` members work too. ``on_commit`` is called in
+        the driver with each partition's commit record as it lands (the Airflow operator
+        records progress with it). See ``docs/reliability.md`` for how readers see only
+        committed rows.
 
         As in Ray Data, ``min_rows_per_file`` bundles input blocks until a file gets that
         many rows (within a partition and ``DataContext.target_max_block_size``: a hint),
@@ -97,6 +100,19 @@ class DatasetWrites:
                                    format_args=arrow_csv_args, filesystem=filesystem)
         return self._write(path, "csv", mode, on_commit, options)
 
+    def write_numpy(self, path: Path, *, column: str, mode: str | None = None, on_commit: OnCommit = None,
+                    min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
+                    num_rows_per_file: int | None = None, arrow_open_stream_args: dict[str, Any] | None = None,
+                    filesystem=None) -> WriteResult:
+        """``column`` as NumPy ``.npy`` files (one array of the file's rows each: a tensor column of
+        shape ``s`` gives an array of shape ``(rows, *s)``), committed per partition like
+        `write_parquet`, with its ``mode``, ``on_commit`` and rows-per-file arguments. Saved without
+        pickles, so a column of Python objects fails naming NumPy's ``allow_pickle``."""
+        options = SinkOptions.make("numpy", min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file,
+                                   num_rows_per_file=num_rows_per_file, arrow_open_stream_args=arrow_open_stream_args,
+                                   format_args={"column": column}, filesystem=filesystem)
+        return self._write(path, "numpy", mode, on_commit, options)
+
     def write_delta(self, path: str, *, mode: str = "append", idempotence_key: str | None = None,
                     storage_options: dict[str, str] | None = None, on_commit: OnCommit = None,
                     min_rows_per_file: int | None = None, max_rows_per_file: int | None = None,
@@ -142,6 +158,7 @@ class DatasetWrites:
 
     def _write(self, path: Path | TableTarget, file_format: str, mode: str | None, on_commit: OnCommit,
                options: SinkOptions) -> WriteResult:
+        mode = mode_string(mode)  # Ray's SaveMode members are their strings
         if mode is not None and mode not in WRITE_MODES:
             raise ValueError(f"write_{options.table or file_format}(mode={mode!r}): mode must be one of "
                              f"{WRITE_MODES}, or None")

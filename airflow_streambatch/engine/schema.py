@@ -2,8 +2,10 @@
 
 Ray Data code reads ``schema.names`` and ``schema.types``, compares schemas with
 ``==`` and prints them as a two-column table; all of that behaves as in Ray
-(``ray.data.Schema``). The Arrow schema itself is ``base_schema``. Code written for
-this engine before it returned a `pyarrow.Schema` keeps working: other attributes
+(``ray.data.Schema``), a tensor column printed as Ray prints one,
+``numpy.ndarray(shape=(2, 3), dtype=int64)`` (`worker/tensors.py`). The Arrow schema
+itself is ``base_schema``. Code written for this engine before it returned a
+`pyarrow.Schema` keeps working: other attributes
 (``field``, ``metadata``, ...) are the Arrow schema's, and a `Schema` equals a
 `pyarrow.Schema` with the same names and types.
 """
@@ -11,6 +13,8 @@ this engine before it returned a `pyarrow.Schema` keeps working: other attribute
 from __future__ import annotations
 
 import pyarrow as pa
+
+from airflow_streambatch.engine.worker.tensors import type_name
 
 
 class Schema:
@@ -55,7 +59,7 @@ class Schema:
         the longest name plus two spaces."""
         width = max([len("Column"), *map(len, self.names)]) + 2
         lines = ["Column".ljust(width) + "Type", "------".ljust(width) + "----"]
-        lines += [name.ljust(width) + str(dtype) for name, dtype in zip(self.names, self.types)]
+        lines += [name.ljust(width) + type_name(dtype) for name, dtype in zip(self.names, self.types)]
         return "\n".join(lines)
 
     __str__ = __repr__

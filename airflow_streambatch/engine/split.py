@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.iteration import batches, check_iteration_args
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format, to_format
+from airflow_streambatch.engine.worker.tensors import table_rows
 
 _END = object()
 
@@ -172,7 +173,7 @@ class BatchIteration:
         check_iteration_args("iter_rows", batch_size=None, prefetch_batches=prefetch_batches,
                              prefetch_blocks=prefetch_blocks)
         for table in self._tables_to_iterate(False):
-            yield from table.to_pylist()
+            yield from table_rows(table)
 
 
 class DataIterator(BatchIteration):

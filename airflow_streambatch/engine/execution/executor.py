@@ -19,6 +19,7 @@ import threading
 import uuid
 
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.execution_resources import limited_memory
 from airflow_streambatch.engine.execution.block_access import BlockAccess
 from airflow_streambatch.engine.execution.completion import Completions
 from airflow_streambatch.engine.execution.flow import BlockFlow
@@ -55,6 +56,8 @@ class StreamingExecutor:
     def __init__(self, ops: list[PhysicalOp], ctx: DataContext | None = None, write_mode: str | None = "append",
                  target: OutputTarget | None = None):
         self.ctx = (ctx or DataContext.get_current()).copy()
+        # Ray's resource_limits.object_store_memory caps this run's budget (`execution_resources.py`)
+        self.ctx.memory_limit = limited_memory(self.ctx.memory_limit, self.ctx.execution_options.resource_limits)
         self.ops = ops
         self.run_id = uuid.uuid4().hex[:12]
         self.run_dir = os.path.join(self.ctx.block_dir, f"run-{self.run_id}")

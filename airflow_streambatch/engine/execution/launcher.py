@@ -26,6 +26,7 @@ from airflow_streambatch.engine.execution.memory import MemoryBudget, MemoryGran
 from airflow_streambatch.engine.execution.operators import Operator
 from airflow_streambatch.engine.execution.policies import SchedulingPolicy
 from airflow_streambatch.engine.execution.resources import ResourcePool
+from airflow_streambatch.engine.execution.serializability import pickled_operator
 from airflow_streambatch.engine.execution.stream_watcher import WatchedTask
 from airflow_streambatch.engine.protocol.backend import Backend, JobOutcome
 from airflow_streambatch.engine.protocol.streams import StreamId
@@ -104,10 +105,10 @@ class Launcher:
         self.launches: dict[int, Launch] = {}
         self.run_id = run_id
         self.payloads = {
-            op.index: cloudpickle.dumps(OperatorPayload(
+            op.index: pickled_operator(OperatorPayload(
                 op.index, op.name, op.physical.transforms, run_dir, op.max_block_bytes, run_id, blocks.control,
                 host_agents, memory_limit=ctx.memory_limit,
-                build_ahead=_built_ahead(op, pool.totals.get("CPU", 0)) if ctx.build_ahead else []))
+                build_ahead=_built_ahead(op, pool.totals.get("CPU", 0)) if ctx.build_ahead else []), op.name)
             for op in operators if op.runs_tasks
         }
         self.label = label  # an input partition's label, for tasks that name it in rows they set aside

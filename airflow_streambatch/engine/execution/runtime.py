@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.execution_resources import limited_slots
 from airflow_streambatch.engine.execution.control_server import ControlServer, control_server
 from airflow_streambatch.engine.execution.resources import ResourcePool
 from airflow_streambatch.engine.plan.planner import PhysicalOp
@@ -60,7 +61,8 @@ def spark_runtime(ctx: DataContext, ops: list[PhysicalOp]) -> Runtime:
     if is_connect(spark):
         return _connect_runtime(spark, ctx, control, requests)
     check_stage_scheduling(spark, requests)  # a cluster that cannot place these tasks fails now, by setting
-    pool = ResourcePool(ctx.resources or slots_from_spark(spark, requests.values()), spark_task_slots(spark),
+    pool = ResourcePool(limited_slots(ctx.resources or slots_from_spark(spark, requests.values()),
+                                      ctx.execution_options.resource_limits), spark_task_slots(spark),
                         assign_gpus=not spark_assigns_gpus(spark))
     return Runtime(control, pool, host_agents=not spark.sparkContext.master.startswith("local"),
                    backend=lambda tag: SparkBackend(spark, tag))
@@ -74,7 +76,8 @@ def _connect_runtime(spark, ctx: DataContext, control: ControlServer, requests: 
     control plane, since the check is a job of its own."""
     local = master_of(spark).startswith("local")
     task_slots = connect_task_slots(spark)
-    pool = ResourcePool(ctx.resources or connect_slots(spark, requests.values(), task_slots), task_slots,
+    pool = ResourcePool(limited_slots(ctx.resources or connect_slots(spark, requests.values(), task_slots),
+                                      ctx.execution_options.resource_limits), task_slots,
                         assign_gpus=local)  # on a cluster Spark assigns GPUs, by the operators' profiles
     if (spark.session_id, control.uri) not in _checked:
         check_connect_session(spark, control.host, control.port, task_slots)

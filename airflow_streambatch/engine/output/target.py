@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import logging
 
+import pyarrow.fs as pafs
+
 from airflow_streambatch.engine.context import DataContext
+from airflow_streambatch.engine.errors import StreamBatchError
 from airflow_streambatch.engine.filesystems import resolve_in
 from airflow_streambatch.engine.output import lease as write_lease
 from airflow_streambatch.engine.output.commit import CommitRecord, PartitionCommitter
@@ -24,15 +27,25 @@ log = logging.getLogger("airflow_streambatch.engine.progress")
 WRITE_MODES = ("append", "resume", "overwrite", "error", "ignore")
 
 
-class OutputTarget:
-    """An output path whose write lease this process holds, until `close`."""
+class OutputExistsError(StreamBatchError, FileExistsError, ValueError):
+    """``mode="error"`` and the output path exists. Ray Data raises ``ValueError`` here; it is also
+    a ``FileExistsError``, which is what this engine raised before it followed Ray."""
 
-    def __init__(self, path: str, lease: write_lease.WriteLease, filesystem=None):
+
+class OutputTarget:
+    """An output path whose write lease this process holds, until `close`.
+
+    ``existed``: whether the path existed before `open` took the lease (which creates the
+    directory and its ``_lease``): Ray Data's ``"error"`` and ``"ignore"`` modes decide by it.
+    """
+
+    def __init__(self, path: str, lease: write_lease.WriteLease, filesystem=None, existed: bool = False):
         self.path = path.rstrip("/")
         self.filesystem = filesystem  # Ray Data's filesystem= (None: the path's scheme says)
         self.fs, root = resolve_in(self.path, filesystem)
         self.root = root.rstrip("/")
         self.lease = lease
+        self.existed = existed
 
     @classmethod
     def open(cls, path: str, *, timeout_s: float | None = None, ttl_s: float | None = None,
@@ -43,9 +56,10 @@ class OutputTarget:
         is in (Ray Data's ``filesystem=``), instead of the one its scheme names."""
         ctx = DataContext.get_current()
         fs, root = resolve_in(path.rstrip("/"), filesystem)
+        existed = path_exists(fs, root)
         lease = write_lease.acquire(fs, root, "preparing", ctx.write_lease_timeout_s if timeout_s is None
                                     else timeout_s, ctx.write_lease_ttl_s if ttl_s is None else ttl_s)
-        return cls(path, lease, filesystem)
+        return cls(path, lease, filesystem, existed)
 
     def committer(self, run_id: str, mode: str | None = "resume") -> PartitionCommitter:
         """A committer for one engine run, committing under this target's lease. An append
@@ -59,7 +73,9 @@ class OutputTarget:
         """Apply ``mode`` to what the path already holds, before anything runs.
 
         Returns the committed records when the write must not run (``"ignore"`` and the
-        path holds output), else None. Only partitions an earlier write committed are
+        path exists), else None. ``"error"`` and ``"ignore"`` follow Ray Data: the path exists
+        if it existed when the target was opened (an empty directory too), or holds output
+        now (another writer's, committed between). Only partitions an earlier write committed are
         ever deleted (``"overwrite"``); anything else under the path stops the write.
         ``None`` (the default) appends, as Ray Data does, unless the last write under
         the path did not finish: then it refuses and names ``"resume"`` and ``"append"``,
@@ -80,12 +96,16 @@ class OutputTarget:
                                  "mode='overwrite'")
             return None
         foreign = inspect.foreign_entries()
-        if mode == "ignore":
-            return {rec.partition: rec for rec in committed.values()} if committed or foreign else None
-        if mode == "error" and (committed or foreign):
-            raise FileExistsError(f"{self.path} already holds output ({len(committed)} committed partition(s), "
-                                  f"{len(foreign)} other entries): choose mode='overwrite', 'append', 'resume' or "
-                                  "'ignore', or write to a new path")
+        exists = self.existed or bool(committed or foreign)
+        if mode == "ignore" and exists:
+            log.warning("mode='ignore': %s already exists; writing nothing", self.path)
+            return {rec.partition: rec for rec in committed.values()}
+        if mode == "error" and exists:
+            held = (f"it already holds output ({len(committed)} committed partition(s), {len(foreign)} other "
+                    "entries)" if committed or foreign else "an empty directory")
+            raise OutputExistsError(f"Path {self.path} already exists: {held}. If this is unexpected, use "
+                                    "mode='ignore' to ignore those files; or choose mode='overwrite', 'append' or "
+                                    "'resume', or write to a new path")
         if mode == "overwrite":
             if foreign:
                 raise FileExistsError(f"{self.path} holds {', '.join(foreign[:5])}, which no write of this engine "
@@ -103,6 +123,12 @@ class OutputTarget:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def path_exists(fs: pafs.FileSystem, root: str) -> bool:
+    """Whether ``root`` exists on ``fs``, as Ray Data's file writes ask: a file or a directory,
+    empty or not (on an object store, a prefix with objects under it)."""
+    return fs.get_file_info(root).type != pafs.FileType.NotFound
 
 
 def _refuse_unfinished(path: str, inspect: PartitionCommitter) -> None:

@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.errors import read_error
 from airflow_streambatch.engine.filesystems import resolve_in
+from airflow_streambatch.engine.worker.tensors import rows_table
 
 log = logging.getLogger("airflow_streambatch.engine.progress")
 
@@ -302,7 +303,7 @@ def _item_types(rows: list[dict]) -> dict[str, pa.DataType]:
     column are all None would otherwise type it null, and its block would not join the others'
     (``from_items([{"a": 1}, {"a": None}])`` cut one item a block, then repartitioned)."""
     try:
-        schema = pa.Table.from_pylist(rows).schema
+        schema = rows_table(rows).schema
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types in a column: each slice types its own
         return {}
     return {field.name: field.type for field in schema if not pa.types.is_null(field.type)}
@@ -310,7 +311,7 @@ def _item_types(rows: list[dict]) -> dict[str, pa.DataType]:
 
 def _const_read(rows: list[dict], types: dict[str, pa.DataType]) -> Callable[[], Iterator[pa.Table]]:
     def read():
-        table = pa.Table.from_pylist(rows)
+        table = rows_table(rows)
         for i, field in enumerate(table.schema):
             if pa.types.is_null(field.type) and field.name in types:
                 table = table.set_column(i, pa.field(field.name, types[field.name]),

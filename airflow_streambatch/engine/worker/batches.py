@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from airflow_streambatch.engine.errors import BatchOutputError
+from airflow_streambatch.engine.worker.tensors import column_to_numpy, numpy_to_arrow, rows_table
 
 BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
 DEFAULT_BATCH_FORMAT = "default"  # Ray Data's: a dict of NumPy arrays
@@ -32,17 +32,7 @@ def to_format(table: pa.Table, batch_format: str | None):
         return table
     if batch_format == "pandas":
         return table.to_pandas()
-    return {name: _column_to_numpy(table.column(name)) for name in table.column_names}
-
-
-def _column_to_numpy(column: pa.ChunkedArray) -> np.ndarray:
-    if pa.types.is_fixed_size_list(column.type) or pa.types.is_list(column.type):
-        values = column.to_pylist()
-        try:
-            return np.asarray(values)
-        except ValueError:
-            return np.asarray(values, dtype=object)
-    return column.to_numpy(zero_copy_only=False)
+    return {name: column_to_numpy(table.column(name)) for name in table.column_names}
 
 
 def from_udf_output(value: Any, operator: str) -> pa.Table:
@@ -56,7 +46,7 @@ def from_udf_output(value: Any, operator: str) -> pa.Table:
         return pa.Table.from_pandas(value, preserve_index=False)
     if isinstance(value, dict):
         try:
-            return pa.table({k: _numpy_to_arrow(v) for k, v in value.items()})
+            return pa.table({k: numpy_to_arrow(v) for k, v in value.items()})
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
             raise BatchOutputError(f"{operator} returned a dict that is not a table of equal-length columns: "
                                    f"{exc}") from exc
@@ -66,23 +56,10 @@ def from_udf_output(value: Any, operator: str) -> pa.Table:
     )
 
 
-def _numpy_to_arrow(values) -> pa.Array:
-    if isinstance(values, np.ndarray) and values.ndim > 1:
-        # rows of fixed shape: a fixed-size list per trailing dimension, innermost first (an
-        # (n, 2, 3) array is n rows of 2 lists of 3), which `_column_to_numpy` turns back into it
-        array = pa.array(values.reshape(-1))
-        for size in reversed(values.shape[1:]):
-            array = pa.FixedSizeListArray.from_arrays(array, size)
-        return array
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values
-    return pa.array(values)
-
-
 def rows_to_table(rows: list[dict], operator: str, keys=None) -> pa.Table:
     """Rows (dicts) a row function produced, as a table (`check_rows` first)."""
     check_rows(rows, operator, keys)
-    return pa.Table.from_pylist(rows)
+    return rows_table(rows)
 
 
 def check_rows(rows: list[dict], operator: str, keys=None) -> None:

@@ -23,6 +23,7 @@ import pyarrow as pa
 from airflow_streambatch.engine.atomic_files import atomic_output, atomic_write
 from airflow_streambatch.engine.protocol.blocks import BlockRef
 from airflow_streambatch.engine.worker.owner import OWNER_FILE, left_by_dead_driver, owner_mark
+from airflow_streambatch.engine.worker.unify import concat_tables
 
 
 def write_block(table: pa.Table, path: str) -> None:
@@ -135,8 +136,7 @@ class BlockBuilder:
         self._buffer, self._buffered_bytes, self._buffered_rows = [], 0, 0
 
     def _combined(self) -> pa.Table:
-        tables = [t for t in self._buffer if t.num_rows]
-        return pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+        return concat_tables(self._buffer)  # keeps the rows of tables without columns (`unify.py`)
 
     def _cut(self) -> Iterator[BlockRef]:
         table = self._combined()

@@ -16,12 +16,14 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from airflow_streambatch.engine.worker.unify import concat_tables
+
 
 def permuted(tables: Iterator[pa.Table], seed: int | None, stage: int, task_key: str) -> Iterator[pa.Table]:
     """All rows of ``tables`` as one table in a random order (``seed=None``: fresh entropy)."""
     parts = [t for t in tables if t.num_rows or t.num_columns]
     if not parts:
         return
-    table = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+    table = concat_tables(parts)  # blocks typed int64 and float64 give float64, as in Ray (`unify.py`)
     key = None if seed is None else [seed, stage, zlib.crc32(task_key.encode())]
     yield table.take(pa.array(np.random.default_rng(key).permutation(table.num_rows)))

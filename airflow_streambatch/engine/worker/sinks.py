@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.fs as pafs
@@ -35,8 +36,9 @@ from airflow_streambatch.engine.filesystems import (
     resolve_in,
 )
 from airflow_streambatch.engine.protocol.staging import StagedFile, schema_columns, staging_dir
+from airflow_streambatch.engine.worker.tensors import column_to_numpy
 
-FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}
+FILE_FORMATS = {"parquet": "parquet", "json": "jsonl", "csv": "csv", "numpy": "npy"}
 # the stream codecs pyarrow writes, and the extension this engine's readers infer each from
 CODEC_EXTENSIONS = {codec: suffix[1:] for suffix, codec in COMPRESSION_SUFFIXES.items() if codec != "snappy"}
 JSON_DEFAULTS = {"orient": "records", "lines": True}  # Ray's pandas to_json defaults: JSON Lines
@@ -85,7 +87,8 @@ class SinkOptions:
             raise ValueError(f"{where}: min_rows_per_file={min_rows} is greater than max_rows_per_file="
                              f"{max_rows_per_file}; lower min_rows_per_file or raise max_rows_per_file")
         stream = _check_open_stream_args(where, file_format, arrow_open_stream_args)
-        checks = {"parquet": _check_parquet_args, "csv": _check_csv_args, "json": _check_json_args}
+        checks = {"parquet": _check_parquet_args, "csv": _check_csv_args, "json": _check_json_args,
+                  "numpy": _check_numpy_args}
         return cls(min_rows, max_rows_per_file, checks[file_format](dict(format_args or {})), stream,
                    filesystem=filesystem)
 
@@ -168,6 +171,14 @@ def _check_json_args(args: dict) -> dict:
     return {}
 
 
+def _check_numpy_args(args: dict) -> dict:
+    """``write_numpy`` takes the one column it writes, as Ray's does."""
+    if set(args) != {"column"} or not isinstance(args["column"], str):
+        raise TypeError(f"write_numpy: column= (the name of the one column to write) is required and no other "
+                        f"writer argument is taken, got {args!r}")
+    return args
+
+
 class _StagedWriter:
     """One file being staged: a temporary name until the task has finished, or on object
     stores (no rename: a move is a copy) its staged name at once. The driver commits only
@@ -186,6 +197,7 @@ class _StagedWriter:
         args = dict(options.format_args)
         self.row_group_size = args.pop("row_group_size", None)
         self.writer = None
+        self.arrays: list[pa.ChunkedArray] = []  # a .npy file's column, saved whole when it closes
         if file_format == "parquet":
             self.writer = pq.ParquetWriter(self.out, schema, **args)
         elif file_format == "csv":
@@ -202,6 +214,11 @@ class _StagedWriter:
             self.writer.write_table(table, row_group_size=self.row_group_size)
         elif self.file_format == "csv":
             self.writer.write_table(table)
+        elif self.file_format == "numpy":
+            column = self.options.format_args["column"]
+            if column not in table.column_names:
+                raise KeyError(f"write_numpy(column={column!r}): no such column; the columns are {table.column_names}")
+            self.arrays.append(table.column(column))
         else:
             for row in table.to_pylist():
                 self.out.write((json.dumps(row, default=str) + "\n").encode())
@@ -209,6 +226,9 @@ class _StagedWriter:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.arrays:  # NumPy's format states the row count in its header: one save of the whole column
+            chunks = [chunk for array in self.arrays for chunk in array.chunks]
+            np.save(self.out, column_to_numpy(pa.chunked_array(chunks)), allow_pickle=False)
         self.out.close()
 
     def discard(self) -> None:

@@ -30,6 +30,7 @@ from airflow_streambatch.engine.worker.row_errors import write_set_aside
 from airflow_streambatch.engine.worker.streams import OutputStream, TaskYielded
 from airflow_streambatch.engine.worker.transport import BlockLostError, read_any
 from airflow_streambatch.engine.worker.udf import TaskEnv, build_ahead_of_tasks, chain, gpu_env
+from airflow_streambatch.engine.worker.unify import unify_tables
 
 MAX_EXCEPTION_BYTES = 64 * 1024
 
@@ -126,6 +127,8 @@ def run_task(op: OperatorPayload, spec: TaskSpec) -> TaskResult:
     input_bytes = sum(ref.size_bytes for ref in spec.inputs)
     schema = None
     try:
+        if not op.transforms:  # a barrier that only re-cuts blocks (repartition): one schema, as Ray unifies
+            inputs = unify_tables(inputs)
         source = spec.read_task.read() if spec.read_task is not None else iter(inputs)
         for table in chain(op.transforms, source, env):
             if schema is None:

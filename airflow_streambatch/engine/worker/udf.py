@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import check_rows, from_udf_output, rebatch, rows_to_table, to_format
+from airflow_streambatch.engine.worker.tensors import table_rows
 from airflow_streambatch.engine.protocol.control import ControlInfo
 from airflow_streambatch.engine.worker.build_ahead import construct, start_builds, take_uncapped
 from airflow_streambatch.engine.worker.instance_lease import Lease, end_task, instance_for
@@ -187,7 +188,7 @@ def filter_rows(transform, tables: Iterator[pa.Table], env: TaskEnv) -> Iterator
     """``filter``: keep the rows (dicts) for which the function is true."""
     fn = _row_udf(transform, env)
     for table in tables:
-        mask = [keep is True for keep in _guarded_rows(lambda row: bool(fn(row)), table.to_pylist(), transform, env)]
+        mask = [keep is True for keep in _guarded_rows(lambda row: bool(fn(row)), table_rows(table), transform, env)]
         if any(mask):
             yield table.filter(pa.array(mask))
 
@@ -215,7 +216,7 @@ def _rows_to_tables(transform, tables: Iterator[pa.Table], rows_of, env: TaskEnv
         return out
 
     for table in tables:
-        out = [row for rows in _guarded_rows(produce, table.to_pylist(), transform, env) if rows is not _SET_ASIDE
+        out = [row for rows in _guarded_rows(produce, table_rows(table), transform, env) if rows is not _SET_ASIDE
                for row in rows]
         if out:
             if keys is None:

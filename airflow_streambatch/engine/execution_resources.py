@@ -1,0 +1,59 @@
+"""Ray Data's ``ExecutionResources``, as ``DataContext.execution_options.resource_limits``.
+
+Why: Ray programs (and Ray's own tests) cap a run with
+``DataContext.get_current().execution_options.resource_limits = ExecutionResources(cpu=...,
+object_store_memory=...)``, or set one field (``resource_limits.cpu = 1``). Each field maps
+to the engine's own setting where one exists, and only ever lowers it, for the run:
+
+* ``cpu`` / ``gpu``: the CPU / GPU slots of the run's resource pool (`execution/resources.py`):
+  at most this many, whether the slots come from ``DataContext.resources`` or from Spark.
+* ``object_store_memory``: the run's memory budget for blocks in flight, which is
+  ``DataContext.memory_limit`` (Ray's object store is where its blocks wait; here they wait
+  in ``DataContext.block_dir`` under ``memory_limit``): the smaller of the two.
+* ``memory``: accepted and ignored: Ray reserves it for tasks' heap on its nodes; here Spark's
+  executor memory is what a task's heap gets (``spark.executor.memory``).
+
+``None`` (the default of each field) is no limit, as in Ray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+_FIELDS = ("cpu", "gpu", "object_store_memory", "memory")
+
+
+@dataclass
+class ExecutionResources:
+    """Limits of one run: ``cpu`` and ``gpu`` slots, ``object_store_memory`` bytes of blocks in
+    flight, ``memory`` (accepted; no meaning here). ``None``: no limit."""
+
+    cpu: float | None = None
+    gpu: float | None = None
+    object_store_memory: float | None = None
+    memory: float | None = None
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _FIELDS and value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"ExecutionResources.{name} must be a number >= 0 or None (no limit), got {value!r}")
+        super().__setattr__(name, value)
+
+    def copy(self) -> ExecutionResources:
+        return ExecutionResources(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+
+def limited_slots(totals: dict[str, float], limits: ExecutionResources) -> dict[str, float]:
+    """The pool's slots with ``limits.cpu`` and ``limits.gpu`` applied (never raised)."""
+    capped = dict(totals)
+    for name, limit in (("CPU", limits.cpu), ("GPU", limits.gpu)):
+        if limit is not None and name in capped:
+            capped[name] = min(float(capped[name]), float(limit))
+    return capped
+
+
+def limited_memory(memory_limit: int, limits: ExecutionResources) -> int:
+    """``DataContext.memory_limit`` with ``limits.object_store_memory`` applied (never raised)."""
+    if limits.object_store_memory is None:
+        return memory_limit
+    return max(1, min(memory_limit, int(limits.object_store_memory)))
