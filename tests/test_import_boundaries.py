@@ -52,6 +52,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.datasource", 6),
     (f"{PACKAGE}.engine.in_memory", 6),
     (f"{PACKAGE}.engine.dataset_methods", 6),
+    (f"{PACKAGE}.engine.lineage_serialization", 6),  # Ray's serialize_lineage/deserialize_lineage
     (f"{PACKAGE}.engine.dataset_writes", 6),
     (f"{PACKAGE}.engine.split", 6),
     (f"{PACKAGE}.engine.path_args", 6),  # Ray's paths (pathlib.Path) and shuffle= checks of reads and writes
@@ -74,6 +75,8 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.num_blocks_alias", 6),  # Ray's deprecated parallelism= on reads, from_items, range
     (f"{PACKAGE}.engine.range_tensor", 6),  # Ray's range_tensor source
     (f"{PACKAGE}.engine.read_numpy", 6),  # Ray's read_numpy: .npy files as tensor rows
+    (f"{PACKAGE}.engine.parquet_args", 6),  # Ray's batch_size/tensor_column_schema/_block_udf of Parquet reads
+    (f"{PACKAGE}.engine.parquet_bulk", 6),  # Ray's read_parquet_bulk: named Parquet files, no footers up front
     (f"{PACKAGE}.engine.extensions", 6),  # Ray's ray.data.extensions names (ArrowTensorType)
     (f"{PACKAGE}.epochs", 7),
     (f"{PACKAGE}.hooks", 8),

@@ -30,6 +30,7 @@ from airflow_streambatch.engine.path_args import FileShuffleConfig
 from airflow_streambatch.engine.range_tensor import range_tensor
 from airflow_streambatch.engine.save_mode import SaveMode
 from airflow_streambatch.engine.read_numpy import read_numpy
+from airflow_streambatch.engine.parquet_bulk import read_parquet_bulk
 from airflow_streambatch.engine.read_api import (
     from_items,
     range,
@@ -75,5 +76,6 @@ __all__ = [
     "read_json",
     "read_numpy",
     "read_parquet",
+    "read_parquet_bulk",
     "read_text",
 ]

@@ -139,3 +139,25 @@ def udf_threads(where: str, fn, max_concurrency, compute=None) -> int:
     if isinstance(compute, ActorPoolStrategy) and compute.enable_true_multi_threading is False:
         return 1
     return max_concurrency
+
+
+def task_retries(where: str, fn, max_task_retries=None, max_retries=None, max_restarts=None) -> int | None:
+    """An operator's own retries of a failed task, from Ray's remote arguments of a map
+    (``map_batches(..., max_task_retries=999)``); ``None``: ``DataContext.max_task_retries``.
+
+    Ray retries an actor's tasks ``max_task_retries`` times and a function's ``max_retries``
+    times (``-1``: no limit); here either is how often this operator's failed task runs again
+    (an exception in ``fn`` or its Python worker dying) before its partition fails. Ray's
+    ``max_restarts`` rebuilds a dead actor that many times; here a retried task builds its class
+    anew wherever it has none, so ``max_restarts=0`` (with no ``max_task_retries``) means no
+    retry for a class, and any other value leaves the retries as they are."""
+    for name, value in (("max_task_retries", max_task_retries), ("max_retries", max_retries),
+                        ("max_restarts", max_restarts)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < -1):
+            raise ValueError(f"{where}: {name} must be an integer >= 0, or -1 for no limit, got {value!r}")
+    given = [v for v in (max_task_retries, max_retries) if v is not None]
+    if given:
+        return -1 if -1 in given else max(given)
+    if max_restarts == 0 and inspect.isclass(fn):
+        return 0
+    return None

@@ -137,7 +137,8 @@ class DatasetConsumption:
         ``isinstance(ds, MaterializedDataset)``)."""
         warnings.warn("Dataset.is_fully_executed() is deprecated (as in Ray Data): check "
                       "isinstance(ds, MaterializedDataset)", DeprecationWarning, stacklevel=2)
-        return len(self._logical) == 1 and isinstance(self._logical[0], InputBlocks)
+        in_driver = getattr(self, "_in_driver_blocks", None) is not None  # from_pandas & co (`MaterializedDataset`)
+        return in_driver or (len(self._logical) == 1 and isinstance(self._logical[0], InputBlocks))
 
 
 class DatasetIterator(BatchIteration):

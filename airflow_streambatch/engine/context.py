@@ -177,6 +177,21 @@ class DataContext:
     :param tls_key_file: the private key of ``tls_cert_file`` (PEM).
     :param tls_ca_file: PEM of the authority that signed ``tls_cert_file``; executors trust it.
     :param execution_options: Ray Data's `ExecutionOptions` (``preserve_order``, ``resource_limits``).
+    :param use_arrow_tensor_v2: Ray's choice between its two Arrow tensor types (V1: int32 offsets,
+        2 GiB per column chunk; V2: int64). Default True, as in Ray. The engine has one tensor
+        representation, nested fixed-size lists (`worker/tensors.py`), with no 2 GiB limit, and
+        ``ArrowTensorTypeV2`` is ``ArrowTensorType``: either value is accepted and changes nothing.
+    :param use_streaming_executor: Ray's switch between its streaming and its older bulk executor.
+        Default True, as in Ray. The engine's executor is always streaming; False is refused,
+        since no bulk executor exists here to switch to.
+    :param actor_prefetcher_enabled: Ray's choice of prefetching blocks for ``iter_batches``
+        through an actor (True) or ``ray.wait`` (False). Default False, as in Ray. There are no
+        actors here: the executor itself runs ahead of the consumer under ``memory_limit``
+        (`iteration.py`), so either value is accepted and changes nothing.
+    :param decoding_size_estimation: Ray's estimate of a file read's in-memory size from a
+        sample of decoded rows (its Parquet ``encoding ratio``). Default True, as in Ray. Here a
+        Parquet read task is sized from the uncompressed sizes in its row groups' footers
+        (`parquet_ranges.py`), without sampling; either value is accepted and changes nothing.
     """
 
     target_max_block_size: int = 128 * MiB
@@ -208,6 +223,10 @@ class DataContext:
     tls_key_file: str | None = None
     tls_ca_file: str | None = None
     execution_options: ExecutionOptions = field(default_factory=ExecutionOptions)
+    use_arrow_tensor_v2: bool = True
+    use_streaming_executor: bool = True
+    actor_prefetcher_enabled: bool = False
+    decoding_size_estimation: bool = True
 
     _global: ClassVar[DataContext | None] = None
 
@@ -300,7 +319,8 @@ _POSITIVE_INTS = ("target_max_block_size", "target_min_block_size", "memory_limi
 _POSITIVE_FLOATS = ("scheduling_overhead_bound", "budget_update_interval_s", "stall_timeout_s",
                     "control_timeout_s", "write_lease_ttl_s")
 _NON_NEGATIVE_FLOATS = ("write_lease_timeout_s", "table_commit_interval_s")
-_BOOLS = ("group_scheduling", "enable_operator_fusion", "build_ahead")
+_BOOLS = ("group_scheduling", "enable_operator_fusion", "build_ahead", "use_arrow_tensor_v2",
+          "actor_prefetcher_enabled", "decoding_size_estimation", "use_streaming_executor")
 
 
 def _validate(name: str, value) -> None:
@@ -332,6 +352,9 @@ def _validate(name: str, value) -> None:
                              f"{_did_you_mean(value, ROW_ERROR_POLICIES) if isinstance(value, str) else ''}")
     elif name in _BOOLS and not isinstance(value, bool):
         raise ValueError(f"DataContext.{name} must be True or False, got {value!r}")
+    elif name == "use_streaming_executor" and value is not True:
+        raise ValueError("DataContext.use_streaming_executor must be True: the engine's executor is always "
+                         "streaming, and Ray's bulk executor (False) does not exist here")
     elif name == "block_dir" and (not isinstance(value, (str, os.PathLike)) or not str(value)):
         raise ValueError(f"DataContext.block_dir must be a directory path, got {value!r}")
     elif name == "execution_options" and not isinstance(value, ExecutionOptions):

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, check_batch_format
 from airflow_streambatch.engine.protocol.blocks import BlockRef
-from airflow_streambatch.engine.compute import concurrency_of, udf_threads
+from airflow_streambatch.engine.compute import concurrency_of, task_retries, udf_threads
 from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.consumption import DatasetConsumption
 from airflow_streambatch.engine.dataset_combine import DatasetCombine
@@ -66,7 +66,8 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting
                     fn_args: tuple = (), fn_kwargs: dict | None = None,
                     fn_constructor_args: tuple = (), fn_constructor_kwargs: dict | None = None,
                     on_error: str | None = None, compute=None, zero_copy_batch: bool = False,
-                    max_concurrency: int | None = None) -> Dataset:
+                    max_concurrency: int | None = None, max_task_retries: int | None = None,
+                    max_retries: int | None = None, max_restarts: int | None = None) -> Dataset:
         """Apply ``fn`` to batches. A class as ``fn`` is built once per worker process and reused.
 
         ``batch_size=None`` gives ``fn`` each input block whole. ``batch_format`` is Ray Data's:
@@ -76,7 +77,9 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting
         ``fn`` raises on (found by halving the failing batch) beside the write's output, instead of
         failing the partition (``"fail"``); the default is ``DataContext.on_row_error``. Ray's ``compute=``
         (``ActorPoolStrategy``/``TaskPoolStrategy``), ``zero_copy_batch`` (False: writable NumPy arrays)
-        and ``max_concurrency`` (a class's calls run at once per task) as `engine/compute.py` maps them.
+        and ``max_concurrency`` (a class's calls run at once per task) as `engine/compute.py` maps them;
+        Ray's ``max_task_retries``/``max_retries``/``max_restarts``: this operator's retries of a failed
+        task instead of ``DataContext.max_task_retries`` (`compute.task_retries`).
         """
         name = f"MapBatches({describe(fn)})"
         check_batch_format(batch_format, name)
@@ -89,11 +92,13 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting
             batch_size=batch_size, batch_format=batch_format, fn_args=tuple(fn_args or ()), fn_kwargs=fn_kwargs or {},
             fn_constructor_args=tuple(fn_constructor_args or ()), fn_constructor_kwargs=fn_constructor_kwargs or {},
             on_error=on_error, zero_copy_batch=zero_copy_batch, threads=udf_threads(name, fn, max_concurrency, compute),
+            max_task_retries=task_retries(name, fn, max_task_retries, max_retries, max_restarts),
         ))
 
     def _rows(self, kind: str, label: str, fn, num_cpus=None, num_gpus=None, resources=None, concurrency=None,
               fn_args=(), fn_kwargs=None, fn_constructor_args=(), fn_constructor_kwargs=None,
-              on_error=None, compute=None, max_concurrency=None) -> Dataset:
+              on_error=None, compute=None, max_concurrency=None, max_task_retries=None, max_retries=None,
+              max_restarts=None) -> Dataset:
         name = f"{label}({describe(fn)})"
         concurrency = concurrency_of(name, fn, compute, concurrency)
         udf_threads(name, fn, max_concurrency, compute)  # checked as Ray checks it; row calls run one at a time
@@ -101,7 +106,8 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting
         check_policy(on_error, name)
         return self._with(MapRows(name=name, compute=request, fn=fn, kind=kind, fn_args=tuple(fn_args or ()),
                                   fn_kwargs=fn_kwargs or {}, fn_constructor_args=tuple(fn_constructor_args or ()),
-                                  fn_constructor_kwargs=fn_constructor_kwargs or {}, on_error=on_error))
+                                  fn_constructor_kwargs=fn_constructor_kwargs or {}, on_error=on_error,
+                                  max_task_retries=task_retries(name, fn, max_task_retries, max_retries, max_restarts)))
 
     def map(self, fn, **options) -> Dataset:
         """Apply ``fn`` to each row (a dict) and keep the row it returns. Takes ``map_batches``'s
@@ -213,9 +219,15 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting
                                    source, read_from)
 
     def stats(self) -> str:
-        """Per-operator statistics of the last execution of this dataset."""
+        """Per-operator statistics of the last execution of this dataset; before one, the plan's
+        operators (as Ray names them in its stats) and that none has run yet."""
         if self._last_stats is None:
-            return "This dataset has not been executed yet; stats() reports its last execution."
+            text = "This dataset has not been executed yet; stats() reports its last execution."
+            try:
+                ops = [op.name for op in plan(list(self._logical), self.context.enable_operator_fusion)]
+            except (ValueError, TypeError):  # a plan that cannot run says so when run; stats() never raises
+                return text
+            return f"{text} Operators of its plan: {' -> '.join(ops)}."
         return self._last_stats.summary()
 
     @property
@@ -238,15 +250,30 @@ class MaterializedDataset(Dataset):
     """A dataset whose blocks exist; its files are deleted when neither it nor a dataset built
     on it (``materialize().limit(7)``) can read them any more."""
 
+    _in_driver_blocks: int | None = None  # blocks held in the driver's memory (`in_driver`), not in files
+
     def __init__(self, refs: list[BlockRef], cleanup: Callable[[], None] | None, lineage: dict,
                  stats: RunStats | None, context=None, source=None, read_from: object = None):
         super().__init__([InputBlocks(tuple(refs), lineage, _BlockOwner(cleanup, read_from), source)], context)
         self._refs = refs
         self._last_stats = stats
 
+    @classmethod
+    def in_driver(cls, read, num_blocks: int) -> MaterializedDataset:
+        """Blocks that exist in the driver's memory (``from_pandas``, ``from_arrow``, ``from_numpy``:
+        Ray's ``from_*`` return a `MaterializedDataset`, their blocks put in its object store at once).
+        ``read`` is the source whose read tasks carry each block to the executors; no run happens
+        until the data is consumed, and ``materialize()`` writes the blocks to block files."""
+        dataset = cls.__new__(cls)
+        Dataset.__init__(dataset, [read])
+        dataset._refs = None
+        dataset._in_driver_blocks = num_blocks
+        return dataset
+
     def materialize(self) -> MaterializedDataset:
-        """Itself: its blocks exist already (as in Ray Data)."""
-        return self
+        """Itself: its blocks exist already (as in Ray Data); blocks in the driver's memory are
+        written to block files first, so what is built on them reads files as after any run."""
+        return self if self._refs is not None else Dataset.materialize(self)
 
     def num_blocks(self) -> int:
-        return len(self._refs)
+        return len(self._refs) if self._refs is not None else self._in_driver_blocks

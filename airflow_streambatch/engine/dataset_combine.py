@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from airflow_streambatch.engine.execution.lineage import base_id
-from airflow_streambatch.engine.plan.logical import InputBlocks
+from airflow_streambatch.engine.plan.logical import InputBlocks, Read
 from airflow_streambatch.engine.execution.operators.repartition import slice_rows
 from airflow_streambatch.engine.plan.shuffle import random_shuffle_ops, zip_ops
 
@@ -36,7 +36,10 @@ class DatasetCombine:
             for ref in source.blocks:
                 part = numbers.setdefault((i, ref.partitions), len(numbers))  # a partition of the union's run
                 blocks.append(_renamed(f"u{i}", ref, source, lineage, partitions=(part,), order=(i, *ref.order)))
-        return Dataset([InputBlocks(tuple(blocks), lineage, tuple(owners), None)], self._context)
+        # a union of bare reads keeps them, so its lineage can be serialized (`lineage_serialization.py`)
+        reads = tuple(d._logical[0] for d in datasets) if all(
+            len(d._logical) == 1 and isinstance(d._logical[0], Read) for d in datasets) else None
+        return Dataset([InputBlocks(tuple(blocks), lineage, tuple(owners), None, reads)], self._context)
 
     def zip(self, *other):
         """The columns of this dataset and of each of ``other`` side by side, row ``i`` with row ``i``

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_streambatch.engine import lineage_serialization
 from airflow_streambatch.engine.aggregate import Max, Mean, Min, Std, Sum
 from airflow_streambatch.engine.worker.batches import DEFAULT_BATCH_FORMAT, from_udf_output, to_format
 from airflow_streambatch.engine.transform_args import check_sample
@@ -119,9 +120,11 @@ class DatasetMethods:
         """The number of output blocks (runs the pipeline; block sizes follow ``target_max_block_size``)."""
         return sum(1 for _ in self.iter_internal_ref_bundles())
 
-    def size_bytes(self) -> int:
-        """The in-memory (Arrow) size of the output, from block metadata (runs the pipeline)."""
-        return sum(ref.size_bytes for ref in self.iter_internal_ref_bundles())
+    def size_bytes(self) -> int | None:
+        """The in-memory (Arrow) size of the output, from block metadata (runs the pipeline); ``None``
+        when the output has no blocks (an empty dataset), as Ray returns when it has no block metadata."""
+        sizes = [ref.size_bytes for ref in self.iter_internal_ref_bundles()]
+        return sum(sizes) if sizes else None
 
     def to_arrow(self) -> pa.Table:
         """Every row in the driver, as one `pyarrow.Table` (Ray's ``to_arrow_refs`` has no meaning here)."""
@@ -160,6 +163,22 @@ class DatasetMethods:
             yield {name: torch.as_tensor(np.require(values, requirements="W"),  # arrays from Arrow are read-only
                                          dtype=dtypes.get(name) if isinstance(dtypes, dict) else dtypes, device=device)
                    for name, values in batch.items()}
+
+    # -- lineage ----------------------------------------------------------------------
+    def has_serializable_lineage(self) -> bool:
+        """Whether `serialize_lineage` can store this dataset: it starts from a read (Ray's rule)."""
+        return lineage_serialization.unsupported_reason(self._logical) is None
+
+    def serialize_lineage(self) -> bytes:
+        """This dataset's logical plan (no data) as bytes `deserialize_lineage` rebuilds it from,
+        in this or another process; ``ValueError`` for data from the driver's memory (``from_*``),
+        existing blocks, zips and unions of anything but bare reads, as in Ray."""
+        return lineage_serialization.serialize_lineage(self)
+
+    @staticmethod
+    def deserialize_lineage(serialized_ds: bytes):
+        """The dataset whose `serialize_lineage` gave ``serialized_ds`` (a pickle: trusted bytes only)."""
+        return lineage_serialization.deserialize_lineage(serialized_ds)
 
 
 def _names(cols, where: str, allow_empty: bool = False) -> list[str]:

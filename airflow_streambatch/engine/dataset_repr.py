@@ -6,7 +6,9 @@ Ray prints the operators last first, each under the one after it, down to the so
     +- Dataset(num_rows=10, schema={id: int64})
 
 and ``MaterializedDataset(num_blocks=3, num_rows=10, schema={id: int64})`` for a dataset whose
-blocks exist. A number of rows is known for ``range``/``from_items``, existing blocks and a
+blocks exist (in files, or in the driver's memory for ``from_pandas``/``from_arrow``/``from_numpy``,
+whose pandas columns show pandas dtypes such as ``float64``, as Ray shows a pandas block's).
+A number of rows is known for ``range``/``from_items``, existing blocks and a
 ``read_parquet`` (its footers' row counts, without a row ``filter=``; ``?`` otherwise, as in Ray);
 a schema for ``range``, for the output of a source that already ran here (``_known_schema``), from
 a ``read_parquet``'s first footer (`parquet_meta.parquet_meta_schema`: the schema its read tasks give, as Ray
@@ -32,7 +34,8 @@ def dataset_repr(dataset) -> str:
     lines = [name if depth == 0 else f"{INDENT * (depth - 1)}+- {name}" for depth, name in enumerate(names)]
     prefix = f"{INDENT * (len(names) - 1)}+- " if names else ""
     schema = dataset._known_schema if not ops else None
-    return "\n".join([*lines, prefix + _source_repr(type(dataset).__name__, source, schema, len(names))])
+    in_driver = getattr(dataset, "_in_driver_blocks", None) if not ops else None  # `MaterializedDataset.in_driver`
+    return "\n".join([*lines, prefix + _source_repr(type(dataset).__name__, source, schema, len(names), in_driver)])
 
 
 def _op_name(op) -> str | None:
@@ -47,9 +50,12 @@ def _op_name(op) -> str | None:
     return type(op).__name__
 
 
-def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int) -> str:
-    rows, blocks = "?", None
+def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int, in_driver: int | None = None) -> str:
+    rows, blocks, names = "?", None, type_name
     if isinstance(source, Read):
+        blocks = in_driver
+        if source.datasource.name == "FromPandas":
+            names = _pandas_type_name  # Ray's blocks are the DataFrames: it shows their dtypes
         known_rows, known_schema = _from_metadata(source.datasource)
         rows = "?" if known_rows is None else known_rows
         if schema is None:
@@ -59,13 +65,24 @@ def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int) -
         blocks = len(source.blocks) if classname == "MaterializedDataset" else None
         schema = schema if schema is not None else _block_schema(source.blocks)
     schema_str = "Unknown schema" if schema is None else (
-        "{" + ", ".join(f"{field.name}: {type_name(field.type)}" for field in schema) + "}")
+        "{" + ", ".join(f"{field.name}: {names(field.type)}" for field in schema) + "}")
     params = ([f"num_blocks={blocks}"] if blocks is not None else []) + [f"num_rows={rows}", f"schema={schema_str}"]
     one_line = f"{classname}({', '.join(params)})"
     if len(one_line) <= LINE_LIMIT:
         return one_line
     pad = INDENT * depth
     return f"{classname}(" + ",".join(f"\n{pad}{INDENT}{p}" for p in params) + f"\n{pad})"
+
+
+def _pandas_type_name(arrow_type: pa.DataType) -> str:
+    """The pandas dtype an Arrow type reads back as (``float64``, ``object``), as Ray names the
+    columns of a pandas block; the Arrow name where pandas has no plain dtype for it."""
+    try:
+        import numpy as np
+
+        return str(np.dtype(arrow_type.to_pandas_dtype()))
+    except (NotImplementedError, TypeError, ValueError):
+        return type_name(arrow_type)
 
 
 def _from_metadata(datasource) -> tuple[int | None, pa.Schema | None]:

@@ -1,6 +1,7 @@
-"""Ray Data's ``ray.data.datasource`` names: ``Partitioning`` and ``PathPartitionFilter`` (arguments of
-the ``read_*`` functions), the custom-source interface (``Datasource``, ``ReadTask``, ``Reader``;
-read one with ``read_datasource``) and the file metadata providers (accepted as hints)."""
+"""Ray Data's ``ray.data.datasource`` names: ``Partitioning``, ``PartitionStyle`` and
+``PathPartitionFilter`` (arguments of the ``read_*`` functions), the custom-source interface
+(``Datasource``, ``ReadTask``, ``Reader``; read one with ``read_datasource``) and the file
+metadata providers (``expand_paths`` lists a read's files, as in Ray)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from airflow_streambatch.engine.metadata_providers import (
     FileMetadataProvider,
     ParquetMetadataProvider,
 )
-from airflow_streambatch.engine.read_options import PathPartitionFilter, Partitioning
+from airflow_streambatch.engine.read_options import PartitionStyle, PathPartitionFilter, Partitioning
 
 __all__ = [
     "BaseFileMetadataProvider",
@@ -25,6 +26,7 @@ __all__ = [
     "FastFileMetadataProvider",
     "FileMetadataProvider",
     "ParquetMetadataProvider",
+    "PartitionStyle",
     "Partitioning",
     "PathPartitionFilter",
     "ReadTask",

@@ -120,6 +120,12 @@ class FileReadError(OSError, ValueError):
     ("Failed to read CSV file: <path>"). Kept through the read task's "cannot read" wrapping."""
 
 
+class NoInputFilesError(FileNotFoundError, ValueError):
+    """A read left with no file to read (nothing under its paths, or every file left out by
+    ``file_extensions`` or ``partition_filter``): the `FileNotFoundError` this engine raised
+    before, and the `ValueError` Ray raises ("No input files found to read ...")."""
+
+
 _READ_ERROR_TYPES: dict[type, type] = {}
 
 

@@ -39,8 +39,16 @@ class ExecutionResources:
             raise ValueError(f"ExecutionResources.{name} must be a number >= 0 or None (no limit), got {value!r}")
         super().__setattr__(name, value)
 
-    def copy(self) -> ExecutionResources:
-        return ExecutionResources(**{f.name: getattr(self, f.name) for f in fields(self)})
+    def copy(self, **changes) -> ExecutionResources:
+        """A copy, with ``changes`` to some fields as Ray's ``copy(cpu=1)`` takes them (checked like a
+        set field); an unknown name fails naming the fields, not as an unexpected keyword."""
+        unknown = sorted(set(changes) - set(_FIELDS))
+        if unknown:
+            raise ValueError(f"ExecutionResources.copy(): unknown field(s) {unknown}; "
+                             f"the fields are {', '.join(_FIELDS)}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return ExecutionResources(**values)
 
 
 def limited_slots(totals: dict[str, float], limits: ExecutionResources) -> dict[str, float]:

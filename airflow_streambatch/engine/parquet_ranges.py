@@ -63,9 +63,9 @@ def parquet_row_group_ranges(path: str, max_bytes: int) -> list[tuple[int, int, 
     return ranges if len(ranges) > 1 else None
 
 
-def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema, reference: str,
+def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema | None, reference: str,
                     columns: list[str] | None = None, row_filter: pc.Expression | None = None,
-                    where: str = "read_parquet") -> Iterator[pa.Table]:
+                    where: str = "read_parquet", batch_size: int = READ_BATCH_ROWS) -> Iterator[pa.Table]:
     """One fragment's rows (its row groups, or the whole file), pruned inside pyarrow's Parquet scan.
 
     Only the columns named in ``columns`` or the filter are fetched and decoded; row groups
@@ -73,14 +73,18 @@ def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema, 
     groups is narrowed the same way), and the filter drops the remaining rows that fail it.
     Partition values and, with ``include_paths``, the path are constants of the fragment
     that the scan fills in, so ``columns`` and the filter can name them. A file whose schema
-    differs from ``reference``'s fails, naming both; tables are about ``READ_BATCH_ROWS``.
+    differs from ``reference``'s fails, naming both (``expected=None``: each file keeps its own schema,
+    ``read_parquet_bulk``); tables are about ``READ_BATCH_ROWS``, decoded ``batch_size`` rows at a time
+    (Ray's ``batch_size=``).
     """
+    fs, inner = resolve_in(fragment.path, opts.filesystem)
+    if expected is None:
+        expected = _PARQUET.make_fragment(inner, fs).physical_schema
     constants = opts.constant_columns(fragment.path, expected.names)
     schema = scan_schema(expected, constants)
     known = pc.scalar(True)
     for f, value in constants:
         known = known & (pc.field(f.name) == value)
-    fs, inner = resolve_in(fragment.path, opts.filesystem)
     piece = _PARQUET.make_fragment(inner, fs, partition_expression=known)  # one footer read, kept by subset()
     found = piece.physical_schema
     if not found.equals(expected):
@@ -97,7 +101,7 @@ def read_row_groups(fragment: Fragment, opts: FileOptions, expected: pa.Schema, 
         bind_filter(row_filter, schema, where, fragment.path)
         piece = piece.subset(filter=row_filter, schema=schema)  # the row groups its statistics may match
     # one batch read ahead, not pyarrow's 16: what a task holds stays within what the scheduler granted it
-    batches = piece.to_batches(schema=schema, columns=wanted, filter=row_filter, batch_size=READ_BATCH_ROWS,
+    batches = piece.to_batches(schema=schema, columns=wanted, filter=row_filter, batch_size=batch_size,
                                batch_readahead=1, fragment_readahead=1)
     pending, rows = [], 0
     for batch in batches:

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from airflow_streambatch.engine.dataset import Dataset
 from airflow_streambatch.engine.errors import check_positive_int
 from airflow_streambatch.engine.parquet_meta import parquet_meta_rows, parquet_meta_schema
-from airflow_streambatch.engine.metadata_providers import check_meta_provider
+from airflow_streambatch.engine.metadata_providers import check_meta_provider, provider_listing
 from airflow_streambatch.engine.plan.datasource import (
     READ_BATCH_ROWS,
     Datasource,
@@ -42,6 +42,7 @@ from airflow_streambatch.engine.read_formats import (
     open_csv_file,
     schema_drift,
 )
+from airflow_streambatch.engine.parquet_args import applied, block_fn, check_parquet_args
 from airflow_streambatch.engine.parquet_ranges import read_row_groups, row_groups_in
 from airflow_streambatch.engine.path_args import FileOrder, check_shuffle, normalize_path, normalize_paths
 from airflow_streambatch.engine.read_pruning import bind_filter, check_columns, check_filter, prune_source
@@ -51,10 +52,15 @@ from airflow_streambatch.engine.read_options import HIVE, TEXT_DEFAULTS, FileOpt
 
 
 def _check_blocks(override_num_blocks, where: str, meta_provider=None) -> None:
-    """``override_num_blocks``, and Ray's ``meta_provider`` (a hint, accepted and not consulted:
-    `metadata_providers.py`)."""
+    """``override_num_blocks``, and Ray's ``meta_provider`` (its type; `provider_paths` calls it)."""
     check_positive_int(override_num_blocks, f"{where}: override_num_blocks", allow_none=True)
     check_meta_provider(meta_provider, where)
+
+
+def provider_paths(meta_provider, paths: list[str], opts: FileOptions) -> list[str]:
+    """The paths a file read reads: with a ``meta_provider``, what its ``expand_paths`` lists now,
+    as Ray lists at the ``read_*`` call (`metadata_providers.provider_listing`)."""
+    return provider_listing(meta_provider, paths, opts.filesystem, opts.partitioning, opts.ignore_missing_paths)
 
 
 def _file_source(source: Datasource, paths) -> Datasource:
@@ -79,7 +85,7 @@ def _files(name: str, paths, reader, opts: FileOptions, override_num_blocks, shu
 def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, filter=None,  # noqa: A002 - Ray's name
                  partitioning=HIVE, include_paths: bool = False, file_extensions: list[str] | None = None,
                  partition_filter=None, shuffle=None, override_num_blocks: int | None = None,
-                 meta_provider=None) -> Dataset:
+                 meta_provider=None, tensor_column_schema: dict | None = None, **arrow_parquet_args) -> Dataset:
     """Parquet files (a file, a directory, or a list); split by row groups when files are few.
 
     Every file must have the schema of the first one (checked as it is read): a file
@@ -90,23 +96,28 @@ def read_parquet(paths, *, filesystem=None, columns: list[str] | None = None, fi
     Ray passes it on) go into pyarrow's Parquet scan: other columns are not decoded and
     row groups whose statistics exclude the filter are skipped (`read_pruning`).
     ``shuffle``: ``"files"`` or a `FileShuffleConfig` orders the files anew on each execution.
+    ``tensor_column_schema``, ``batch_size`` and ``_block_udf``: Ray's (`parquet_args.py`).
     """
     _check_blocks(override_num_blocks, "read_parquet", meta_provider)
     paths, order = normalize_paths(paths, "read_parquet"), FileOrder(check_shuffle(shuffle, "read_parquet"))
     opts = file_options("read_parquet", filesystem=filesystem, partitioning=partitioning,
                         include_paths=include_paths, file_extensions=file_extensions, partition_filter=partition_filter)
     columns, row_filter = check_columns(columns, "read_parquet"), check_filter(filter, "read_parquet")
+    batch_size, block_udf = check_parquet_args(arrow_parquet_args, "read_parquet")
+    per_table = block_fn(tensor_column_schema, block_udf, "read_parquet")
     suffixes = (".parquet", ".parq")
 
     def plan(slots: int, override: int | None, target_bytes: int):
         listed = order([path for path, _ in expand_paths(paths, suffixes, **opts.listing())])
-        reader = _parquet_reader(listed, columns, opts, row_filter)
+        reader = applied(_parquet_reader(listed, columns, opts, row_filter, batch_size), per_table)
         return file_datasource("Parquet", listed, suffixes, reader, row_groups_in(opts),
                                listing=opts.listing()).plan(slots, override, target_bytes)
 
-    # what the footers tell without a run: count()'s rows and repr's schema (`parquet_meta.py`)
-    source = Datasource("Parquet", plan, meta_rows=parquet_meta_rows(paths, suffixes, opts, row_filter),
-                        meta_schema=parquet_meta_schema(paths, suffixes, opts, columns))
+    # what the footers tell without a run: count()'s rows and repr's schema (`parquet_meta.py`), unless
+    # a function changes the tables (tensor columns: the schema; a _block_udf: the rows too)
+    source = Datasource("Parquet", plan,
+                        meta_rows=None if block_udf else parquet_meta_rows(paths, suffixes, opts, row_filter),
+                        meta_schema=None if per_table else parquet_meta_schema(paths, suffixes, opts, columns))
     return Dataset([Read(_file_source(source, paths), override_num_blocks)])
 
 
@@ -154,7 +165,8 @@ def read_fragments(fragments: list[Fragment], input_format: str = "parquet", *, 
     return Dataset([Read(_file_source(Datasource(name, plan), files), None)])
 
 
-def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptions, row_filter=None):
+def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptions, row_filter=None,
+                    batch_size: int = READ_BATCH_ROWS):
     """Reads one fragment's row groups (all when None), pruned by ``columns`` and ``row_filter``
     (`parquet_ranges.read_row_groups`); a file whose schema differs from the first readable
     file's fails its own partition, naming both files. A filter that does not fit the first
@@ -166,7 +178,7 @@ def _parquet_reader(files: list[str], columns: list[str] | None, opts: FileOptio
         bind_filter(row_filter, pa.schema([*expected, *(f for f, _ in constants)]), opts.where, reference)
 
     def reader(fragment: Fragment):
-        return read_row_groups(fragment, opts, expected, reference, columns, row_filter, opts.where)
+        return read_row_groups(fragment, opts, expected, reference, columns, row_filter, opts.where, batch_size)
 
     return reader
 
@@ -193,6 +205,7 @@ def read_csv(paths, *, filesystem=None, arrow_open_stream_args: dict | None = No
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
                         arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
     csv_args = check_csv_args(parse_options, read_options, convert_options)
+    paths = provider_paths(meta_provider, paths, opts)
 
     def plan(slots: int, override: int | None, target_bytes: int):
         files = order([path for path, _ in expand_paths(paths, **opts.listing())])
@@ -270,6 +283,7 @@ def read_json(paths, *, lines: bool = False, filesystem=None, arrow_open_stream_
     opts = file_options("read_json", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
                         arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
+    paths = provider_paths(meta_provider, paths, opts)
     return _files("JSON", paths, _json_reader(lines, opts, check_json_args(arrow_json_args)), opts, override_num_blocks,
                   shuffle)
 
@@ -303,6 +317,7 @@ def read_text(paths, *, encoding: str = "utf-8", drop_empty_lines: bool = True, 
     opts = file_options("read_text", filesystem=filesystem, partitioning=partitioning, include_paths=include_paths,
                         ignore_missing_paths=ignore_missing_paths, file_extensions=file_extensions,
                         arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
+    paths = provider_paths(meta_provider, paths, opts)
     return _files("Text", paths, _text_reader(encoding, drop_empty_lines, opts), opts, override_num_blocks, shuffle)
 
 
@@ -331,19 +346,21 @@ def _text_reader(encoding: str, drop_empty_lines: bool, opts: FileOptions = TEXT
 
 
 @with_read_resources
-def read_binary_files(paths, *, include_paths: bool = True, filesystem=None,
+def read_binary_files(paths, *, include_paths: bool = False, filesystem=None,
                       arrow_open_stream_args: dict | None = None, partitioning=None,
                       ignore_missing_paths: bool = False, file_extensions: list[str] | None = None,
                       partition_filter=None, override_num_blocks: int | None = None,
                       meta_provider=None, shuffle=None) -> Dataset:
-    """One row per file: its ``bytes`` (decompressed when its name ends in a codec's suffix, as
-    Ray opens every file) and, by default here (Ray's default is False), its ``path``."""
+    """One row per file: its ``bytes`` (decompressed when its name ends in a codec's suffix, as Ray
+    opens every file) and, with ``include_paths=True``, its ``path``
+    (Ray's default, False; epoch reads of ``binary_files`` keep the path, `epochs/runner.py`)."""
     _check_blocks(override_num_blocks, "read_binary_files", meta_provider)
     paths = normalize_paths(paths, "read_binary_files")
     opts = file_options("read_binary_files", filesystem=filesystem, partitioning=partitioning,
                         include_paths=include_paths, ignore_missing_paths=ignore_missing_paths,
                         file_extensions=file_extensions, arrow_open_stream_args=arrow_open_stream_args,
                         partition_filter=partition_filter)
+    paths = provider_paths(meta_provider, paths, opts)
     return _files("BinaryFiles", paths, _binary_reader(opts), opts, override_num_blocks, shuffle)
 
 

@@ -134,15 +134,17 @@ def json_table(data: bytes, lines: bool, whole: bool, json_args: dict | None = N
 
 
 def _arrow_json(data: bytes, json_args: dict) -> pa.Table:
-    """Arrow's JSON Lines reader. A ``read_options.block_size`` smaller than a row ("straddling
-    object straddles two block boundaries") is doubled until the row fits, as Ray's reader does;
-    the caller's options object is left as it was."""
+    """Arrow's JSON Lines reader. A block size smaller than a row ("straddling object straddles
+    two block boundaries"), Arrow's default 1 MiB too when no ``read_options`` are given, is
+    doubled until the row fits, as Ray's reader does (a line of several MB reads); the caller's
+    options object is left as it was."""
+    json_args = {"read_options": pajson.ReadOptions(use_threads=False), **json_args}
     while True:
         try:
             return pajson.read_json(io.BytesIO(data), **json_args)
         except pa.ArrowInvalid as exc:
-            options = json_args.get("read_options")
-            if "straddling" not in str(exc) or options is None or options.block_size > len(data):
+            options = json_args["read_options"]
+            if "straddling" not in str(exc) or options.block_size > len(data):
                 raise
             grown = pajson.ReadOptions(use_threads=options.use_threads, block_size=options.block_size * 2)
             json_args = {**json_args, "read_options": grown}

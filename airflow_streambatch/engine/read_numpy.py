@@ -16,7 +16,7 @@ import io
 import numpy as np
 
 from airflow_streambatch.engine.dataset import Dataset
-from airflow_streambatch.engine.read_api import _check_blocks, _files
+from airflow_streambatch.engine.read_api import _check_blocks, _files, provider_paths
 from airflow_streambatch.engine.path_args import normalize_paths
 from airflow_streambatch.engine.read_options import FileOptions, file_options
 from airflow_streambatch.engine.read_resources import with_read_resources
@@ -42,6 +42,7 @@ def read_numpy(paths, *, filesystem=None, arrow_open_stream_args: dict | None = 
                         ignore_missing_paths=ignore_missing_paths,
                         file_extensions=None if file_extensions is None else list(file_extensions),
                         arrow_open_stream_args=arrow_open_stream_args, partition_filter=partition_filter)
+    paths = provider_paths(meta_provider, paths, opts)
     return _files("Numpy", paths, _numpy_reader(opts, numpy_load_args), opts, override_num_blocks, shuffle)
 
 

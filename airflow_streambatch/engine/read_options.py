@@ -12,12 +12,14 @@ filesystems do).
 
 from __future__ import annotations
 
+import enum
 import io
 import posixpath
 import urllib.parse
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_STREAM_ARGS, resolve_in
@@ -25,6 +27,15 @@ from airflow_streambatch.engine.filesystems import COMPRESSION_SUFFIXES, OPEN_ST
 CODECS = frozenset(COMPRESSION_SUFFIXES.values())
 _STREAM_ARGS = frozenset(OPEN_STREAM_ARGS)
 _PARTITION_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+
+
+class PartitionStyle(str, enum.Enum):
+    """Ray Data's ``ray.data.datasource.PartitionStyle``: ``HIVE`` (``"hive"``) or ``DIRECTORY``
+    (``"dir"``). A `str` enum, as Ray's, so ``Partitioning("hive")`` and
+    ``Partitioning(PartitionStyle.HIVE)`` are the same scheme."""
+
+    HIVE = "hive"
+    DIRECTORY = "dir"
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ class Partitioning:
     def __post_init__(self) -> None:
         if self.style not in ("hive", "dir"):
             raise ValueError(f"Partitioning: style={self.style!r} is not 'hive' or 'dir'")
+        object.__setattr__(self, "style", PartitionStyle(self.style))  # "hive" and PartitionStyle.HIVE alike
         if self.style == "dir" and not self.field_names:
             raise ValueError("Partitioning('dir') needs field_names: the names of the directory levels, in order")
         for name, kind in (self.field_types or {}).items():
@@ -85,22 +97,38 @@ class PathPartitionFilter:
     ``filter_fn`` gets each file's partition values as strings, as its path spells them
     (``{}`` for a file outside any partition), and returns whether to read the file.
     The files are chosen when the read lists its input, in the driver: a skipped file is
-    never opened.
+    never opened. ``filter_fn=None`` keeps every file, as in Ray.
     """
 
     def __init__(self, partitioning: Partitioning, filter_fn):
-        if not callable(filter_fn):
-            raise TypeError(f"PathPartitionFilter: filter_fn must be callable, got {type(filter_fn).__name__}")
+        if filter_fn is not None and not callable(filter_fn):
+            raise TypeError(f"PathPartitionFilter: filter_fn must be callable or None, got "
+                            f"{type(filter_fn).__name__}")
         self.parser = partitioning
         self.filter_fn = filter_fn
 
     @staticmethod
-    def of(filter_fn, style: str = "hive", base_dir: str | None = None, field_names: list[str] | None = None,
+    def of(filter_fn=None, style: str = "hive", base_dir: str | None = None, field_names: list[str] | None = None,
            field_types: dict[str, type] | None = None, filesystem=None) -> PathPartitionFilter:
         return PathPartitionFilter(Partitioning(style, base_dir, field_names, field_types, filesystem), filter_fn)
 
     def __call__(self, paths: list[str]) -> list[str]:
+        if self.filter_fn is None:
+            return list(paths)
         return [path for path in paths if self.filter_fn(self.parser(path, typed=False))]
+
+
+def _same_as_file(column: pa.Array, found: pa.ChunkedArray, name: str, value, path: str) -> pa.Array:
+    """The partition's column in the type of the file's column of its name, checked equal to it."""
+    try:
+        column = column.cast(found.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"{path}: partition column {name} exists in the file as {found.type}, and the path's "
+                         f"value {value!r} is not one: {exc}") from exc
+    if len(column) and not pc.all(pc.equal(column, found)).as_py():
+        raise ValueError(f"{path}: Partition column {name} exists in table data, but partition value "
+                         f"'{value}' is different from in-data values: {found.unique().to_pylist()}.")
+    return column
 
 
 def _cast(value: str, kind: type, name: str, path: str):
@@ -168,8 +196,10 @@ class FileOptions:
     def finish(self, table: pa.Table, path: str, keep_file_columns: bool = False) -> pa.Table:
         """The table with its partition columns and, with ``include_paths``, its ``path`` column.
 
-        A partition column replaces a file column of the same name, as Ray's file readers
-        do; with ``keep_file_columns`` (Parquet) the file's column is kept instead.
+        A file column of a partition's name keeps the file's type, as Ray's file readers keep
+        it: the path's value, cast to that type, must equal every value in the file, or the
+        read fails naming the file, the column and both values. With ``keep_file_columns``
+        (Parquet) the file's column is kept unchecked, as Ray's Parquet reader keeps it.
         """
         if self.partitioning is not None:
             types = self.partitioning.field_types or {}
@@ -179,7 +209,8 @@ class FileOptions:
                 if index < 0:
                     table = table.append_column(name, column)
                 elif not keep_file_columns:
-                    table = table.set_column(index, name, column)
+                    checked = _same_as_file(column, table.column(index), name, value, path)
+                    table = table.set_column(index, name, checked)
         if self.include_paths:
             table = table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
         return table

@@ -9,6 +9,7 @@ and says what happened, and nothing runs on Spark for a committed partition.
 
 from __future__ import annotations
 
+import functools
 import logging
 import posixpath
 import sys
@@ -39,7 +40,8 @@ READERS = {
     "csv": read_api.read_csv,
     "json": read_api.read_json,
     "text": read_api.read_text,
-    "binary_files": read_api.read_binary_files,
+    # an epoch's binary files keep their ``path`` column, as its fragment reads do (Ray's default is no path)
+    "binary_files": functools.partial(read_api.read_binary_files, include_paths=True),
 }
 
 Pipeline = Callable[..., Dataset]

@@ -52,7 +52,7 @@ def test_every_read_takes_a_path_object_and_a_list_of_them(ctx, tmp_path):
     assert _ids(rd.read_csv(src / "c.csv")) == [4, 5]
     assert _ids(rd.read_json([src / "d.json"])) == [6, 7]
     assert sorted(r["text"] for r in rd.read_text(src / "e.txt").take_all()) == ["x", "y"]
-    rows = rd.read_binary_files([src / "e.txt", pathlib.PurePosixPath(src / "c.csv")]).take_all()
+    rows = rd.read_binary_files([src / "e.txt", pathlib.PurePosixPath(src / "c.csv")], include_paths=True).take_all()
     assert sorted(r["bytes"] for r in rows) == [b"id\n4\n5\n", b"x\ny\n"]
     assert sorted(r["path"] for r in rows) == [str(src / "c.csv"), str(src / "e.txt")]
     size = os.path.getsize(src / "a.parquet")

@@ -40,7 +40,7 @@ def test_filesystem_resolves_paths_inside_it_not_by_scheme(ctx, tmp_path):
     assert rd.read_text("sub/a.csv", filesystem=tree).take_all() == [{"text": t} for t in ("x", "1", "2")]
     local = pafs.LocalFileSystem()  # a file:// URI's scheme is dropped inside the filesystem, as in Ray
     assert rd.read_csv(f"file://{tmp_path}/in/sub/a.csv", filesystem=local).count() == 2
-    paths = rd.read_binary_files("sub", filesystem=tree).take_all()
+    paths = rd.read_binary_files("sub", filesystem=tree, include_paths=True).take_all()
     assert paths == [{"bytes": b"x\n1\n2\n", "path": "sub/a.csv"}]
     with pytest.raises(TypeError, match="read_csv: filesystem must be a pyarrow.fs.FileSystem"):
         rd.read_csv("sub", filesystem="local")
@@ -202,7 +202,7 @@ def test_file_extensions_filters_the_files_read(ctx, tmp_path):
     (root / "notes.txt").write_text("x\nnot a number\n")
     ds = rd.read_csv(str(root), file_extensions=["csv", "csv.gz"])
     assert sorted(r["x"] for r in ds.take_all()) == [1, 2, 3]
-    with pytest.raises(FileNotFoundError, match="no input files found"):
+    with pytest.raises(FileNotFoundError, match="No input files found to read"):
         rd.read_csv(str(root / "notes.txt"), file_extensions=["csv"]).take_all()
     with pytest.raises(TypeError, match="read_csv: file_extensions must be a list"):
         rd.read_csv(str(root), file_extensions="csv")

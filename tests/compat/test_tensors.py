@@ -49,6 +49,8 @@ def test_from_items_of_arrays_makes_a_tensor_column_and_ragged_arrays_nested_lis
     ragged = rd.from_items([{"a": np.ones((2, 2))}, {"a": np.ones((1, 3))}]).take_all()
     assert [np.asarray(row["a"]).shape for row in ragged] == [(2, 2), (1, 3)]
     assert not isinstance(pa.list_(pa.int64()), ArrowTensorType)  # a list of any length is not a tensor
+    ragged_batch = rd.from_numpy(np.array([np.ones((2, 2)), np.ones((3, 3))], dtype=object)).take_all()
+    assert [np.asarray(row["data"]).shape for row in ragged_batch] == [(2, 2), (3, 3)]
 
 
 def test_arrow_tensor_type_and_array_build_what_a_tensor_column_holds(ctx):

@@ -185,7 +185,7 @@ def test_read_text_and_binary_files(ctx, tmp_path):
     (tmp_path / "b.bin").write_bytes(b"\x00\x01")
     text = sb.read_text(str(tmp_path / "a.txt"), drop_empty_lines=True).take_all()
     assert [r["text"] for r in text] == ["hello", "world"]
-    binary = sb.read_binary_files(str(tmp_path / "b.bin")).take_all()
+    binary = sb.read_binary_files(str(tmp_path / "b.bin"), include_paths=True).take_all()
     assert binary == [{"path": str(tmp_path / "b.bin"), "bytes": b"\x00\x01"}]
 
 

@@ -102,9 +102,10 @@ class Completions:
         """Retry a failed task up to ``max_task_retries`` times, then fail its input partition."""
         key = (op.index, spec.task_key)
         self._attempts[key] = self._attempts.get(key, 0) + 1
-        if self._attempts[key] <= self.ctx.max_task_retries and not self.partitions.is_failed(spec.partitions):
-            log.warning("%s: task %s (input partitions %s) failed, retry %d of %d: %s", op.name,
-                        spec.task_key, spec.partitions, self._attempts[key], self.ctx.max_task_retries, error)
+        retries = op_retries(op, self.ctx.max_task_retries)
+        if (retries == -1 or self._attempts[key] <= retries) and not self.partitions.is_failed(spec.partitions):
+            log.warning("%s: task %s (input partitions %s) failed, retry %d of %s: %s", op.name, spec.task_key,
+                        spec.partitions, self._attempts[key], "unlimited" if retries == -1 else retries, error)
             op.retry_specs.append(spec)
             op.stats.retried()
             return
@@ -140,3 +141,12 @@ class Completions:
                 self.rebuild(ref)
         op.retry_specs.append(spec)
         op.stats.retried()
+
+
+def op_retries(op: Operator, default: int) -> int:
+    """The retries of ``op``'s failed tasks: its transforms' own (Ray's ``max_task_retries`` on a map,
+    the most of those fused into it; -1: no limit), else ``default`` (``DataContext.max_task_retries``)."""
+    own = [t.max_task_retries for t in getattr(op.physical, "transforms", ()) if t.max_task_retries is not None]
+    if not own:
+        return default
+    return -1 if -1 in own else max(own)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from airflow_streambatch.engine.errors import read_error
+from airflow_streambatch.engine.errors import NoInputFilesError, read_error
 from airflow_streambatch.engine.filesystems import resolve_in
 from airflow_streambatch.engine.worker.tensors import rows_table
 
@@ -74,6 +74,7 @@ class Datasource:
     num_rows: int | None = None  # rows known before reading (range, from_items): random_sample refuses 0
     meta_rows: Callable[[], int | None] | None = None  # rows from metadata, found on asking (Parquet footers)
     meta_schema: Callable[[], pa.Schema | None] | None = None  # the output schema from metadata (``repr``)
+    in_memory: bool = False  # data held by the driver (``from_*``): its lineage cannot be serialized, as in Ray
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ MAGIC = {".parquet": b"PAR1"}
 
 def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesystem: pafs.FileSystem | None = None,
                ignore_missing: bool = False, extensions: tuple[str, ...] | None = None,
-               keep=None) -> list[InputFile]:
+               keep=None, files_only: str | None = None) -> list[InputFile]:
     """Files under ``paths``; hidden and ``_``-prefixed paths are skipped.
 
     With ``suffixes``, a directory's files must end in one of them (any case) or start
@@ -99,7 +100,9 @@ def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesy
     end in ``.`` and one of them, any case; the rest are skipped with a warning.
     ``filesystem``: the paths are in it (`resolve_in`); ``ignore_missing``: a path
     that does not exist is skipped instead of raising; ``keep``: a callable that
-    returns the paths to keep of those listed (Ray Data's ``partition_filter``).
+    returns the paths to keep of those listed (Ray Data's ``partition_filter``); ``files_only``
+    (the reading function's name): a directory among ``paths`` is an `IsADirectoryError`
+    naming it instead of being listed (``read_parquet_bulk``, as Ray's).
     """
     if isinstance(paths, str):
         paths = [paths]
@@ -118,6 +121,9 @@ def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesy
         if info.type == pafs.FileType.File:
             found.append(InputFile(path if filesystem is None else inner, info.size, info.mtime_ns or 0))
             continue
+        if files_only:
+            raise IsADirectoryError(f"{files_only} reads files only, and {path} is a directory: list its files, "
+                                    "or pass meta_provider=DefaultFileMetadataProvider() to list it")
         for entry in sorted(fs.get_file_info(pafs.FileSelector(inner, recursive=True)), key=lambda e: e.path):
             relative = entry.path[len(inner.rstrip("/")) + 1:].split("/")
             if entry.type != pafs.FileType.File or any(part.startswith((".", "_")) for part in relative):
@@ -141,7 +147,7 @@ def list_files(paths: str | list[str], suffixes: tuple[str, ...] = (), *, filesy
         filtered = sum(f.path not in kept for f in found)
         found = [f for f in found if f.path in kept]
     if not found:
-        raise FileNotFoundError(f"no input files found under {paths}"
+        raise NoInputFilesError(f"No input files found to read under {paths}"
                                 + (f" ({filtered} file(s) left out by partition_filter)" if filtered else "")
                                 + (f" ({len(skipped)} file(s) skipped, see the warning)" if skipped else "")
                                 + (" (missing paths ignored: ignore_missing_paths=True)" if ignore_missing else ""))
@@ -295,7 +301,7 @@ def items_datasource(items: list) -> Datasource:
             for lo, hi in row_ranges(len(rows), 64, slots, override, target_bytes)
         ]
 
-    return Datasource("FromItems", plan, num_rows=len(rows))
+    return Datasource("FromItems", plan, num_rows=len(rows), in_memory=True)
 
 
 def _item_types(rows: list[dict]) -> dict[str, pa.DataType]:

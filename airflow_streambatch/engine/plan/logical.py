@@ -59,19 +59,25 @@ def _max_concurrency(where: str, concurrency, fn) -> int | None:
     """The cap on running tasks, from Ray Data's forms: ``n``, or for a class an actor pool
     ``(min, max)`` or ``(min, max, initial)``, checked as Ray checks them. Spark starts Python
     workers itself, so a pool's minimum and initial sizes have no effect here: only its maximum does."""
+    if concurrency is not None and not isinstance(concurrency, (int, tuple)):  # Ray's sentence, then ours
+        raise ValueError(f"{where}: ``concurrency`` is expected to be set as an integer or a tuple of integers, "
+                         f"but got: {concurrency!r}; use n, (min, max) or (min, max, initial)")
     if not isinstance(concurrency, tuple):
         check_positive_int(concurrency, f"{where}: concurrency", allow_none=True)
         return concurrency
     if fn is not None and not inspect.isclass(fn):
-        raise ValueError(f"{where}: concurrency={concurrency!r} is a tuple (an actor pool), but fn is not a callable "
-                         "class; use concurrency=n to cap the number of tasks running at once")
+        raise ValueError(f"{where}: ``concurrency`` is set as a tuple of integers, but ``fn`` is not a callable "
+                         f"class (Ray's words): concurrency={concurrency!r} is a tuple (an actor pool), but fn is not "
+                         "a callable class; use concurrency=n to cap the number of tasks running at once")
     if len(concurrency) not in (2, 3):
-        raise ValueError(f"{where}: concurrency must be n, (min, max) or (min, max, initial), got {concurrency!r}")
+        raise ValueError(f"{where}: ``concurrency`` is expected to be set as an integer or a tuple of integers, "
+                         f"but got: {concurrency!r}; concurrency must be n, (min, max) or (min, max, initial)")
     for value in concurrency:
         check_positive_int(value, f"{where}: each value of concurrency={concurrency!r}")
     low, high = concurrency[:2]
     if low > high or (len(concurrency) == 3 and not low <= concurrency[2] <= high):
-        raise ValueError(f"{where}: concurrency={concurrency!r} needs min <= initial <= max")
+        raise ValueError(f"{where}: ``concurrency`` is expected to be set as a tuple of integers, but got: "
+                         f"{concurrency!r}, which needs min <= initial <= max")
     return high
 
 
@@ -84,6 +90,7 @@ class Transform:
     uid: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     on_error: str | None = None  # "fail" | "quarantine"; None: DataContext.on_row_error (`plan/row_errors.py`)
     dead_letter: str | None = None  # set when planned: the write's path, where its failing rows are set aside
+    max_task_retries: int | None = None  # this operator's retries (-1: no limit); None: DataContext's (`compute.py`)
 
     def apply(self, tables: Iterator[pa.Table], env: udf.TaskEnv) -> Iterator[pa.Table]:
         raise NotImplementedError
@@ -179,6 +186,7 @@ class InputBlocks:
     lineage: dict = field(default_factory=dict, hash=False, compare=False)
     owner: object = field(default=None, hash=False, compare=False, repr=False)
     source: object = field(default=None, hash=False, compare=False, repr=False)  # the Read they came from
+    union_of: tuple | None = field(default=None, hash=False, compare=False, repr=False)  # a union's Reads
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ def numpy_to_arrow(values) -> pa.Array:
         return array
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         return values
+    if isinstance(values, np.ndarray) and values.dtype == object and any(isinstance(v, np.ndarray) for v in values):
+        # arrays of several shapes (``np.array([a, b], dtype=object)``): nested lists, one per row
+        return pa.array([v.tolist() if isinstance(v, np.ndarray) else v for v in values])
     return pa.array(values)
 
 

@@ -8,12 +8,15 @@ once all of its blocks have left the pipeline.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import deque
 
 from airflow_streambatch.engine.output.commit import check_resumable
 from airflow_streambatch.engine.execution.operators.base import Operator
 from airflow_streambatch.engine.execution.ordering import min_order
 from airflow_streambatch.engine.protocol.tasks import TaskSpec
+
+log = logging.getLogger(__name__)
 
 
 class ReadOperator(Operator):
@@ -27,6 +30,7 @@ class ReadOperator(Operator):
         # as many tasks as the slots take; a concurrency cap limits how many run at once, not how many (as Ray's)
         slots = max(1, self.pool.slots_for(0, dataclasses.replace(self.compute, concurrency=None)))
         tasks = read.datasource.plan(slots, read.override_num_blocks, self.ctx.target_max_block_size)
+        warn_if_too_parallel(read.override_num_blocks, len(tasks), slots)
         done = committer.committed() if committer else {}
         if committer is not None:
             committer.set_reference_schema(committer.scan())
@@ -67,3 +71,15 @@ class ReadOperator(Operator):
     def drop_partition(self, partition: int) -> list:
         self.pending_reads = deque((i, t) for i, t in self.pending_reads if i != partition)
         return super().drop_partition(partition)
+
+
+def warn_if_too_parallel(requested: int | None, num_tasks: int, cpu_slots: int) -> None:
+    """Ray's warning, in its words, when a requested number of blocks (``override_num_blocks``,
+    ``parallelism``) makes at least 5000 read tasks and more than 4x the CPU slots: each task
+    costs scheduling, so most of the run would be overhead. Only a requested number: the
+    engine's own choice is sized to the slots."""
+    if requested and num_tasks >= 5000 and num_tasks > cpu_slots * 4:
+        log.warning("The requested parallelism of %d is more than 4x the number of available CPU slots in the "
+                    "cluster of %d. This can lead to slowdowns during the data reading phase due to excessive "
+                    "task creation. Reduce the parallelism (override_num_blocks) to match the CPU slots, or leave "
+                    "it unset for the engine to choose.", requested, cpu_slots)
