@@ -47,6 +47,7 @@ class DatasetConsumption:
     ``_iter_refs`` and ``_iter_tables(ordered=)``."""
 
     _known_schema: pa.Schema | None = None  # from the last run that read a block of this dataset
+    _known_rows: int | None = None  # from the last count() that ran this dataset's plan
 
     def __len__(self) -> int:
         raise DatasetLengthError("len() of a Dataset is not defined (as in Ray): call ds.count(), which counts its "

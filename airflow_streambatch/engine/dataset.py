@@ -206,7 +206,8 @@ class Dataset(DatasetConsumption, BatchIteration, DatasetMethods, DatasetSorting
         known = meta_count(self._logical)
         if known is not None:
             return known
-        return sum(ref.num_rows for ref in self.iter_internal_ref_bundles())
+        self._known_rows = sum(ref.num_rows for ref in self.iter_internal_ref_bundles())  # repr shows it, as Ray's
+        return self._known_rows
 
     def materialize(self) -> MaterializedDataset:
         """Run the plan and keep its output blocks; the result reads them without recomputing."""

@@ -9,7 +9,8 @@ and ``MaterializedDataset(num_blocks=3, num_rows=10, schema={id: int64})`` for a
 blocks exist (in files, or in the driver's memory for ``from_pandas``/``from_arrow``/``from_numpy``,
 whose pandas columns show pandas dtypes such as ``float64``, as Ray shows a pandas block's).
 A number of rows is known for ``range``/``from_items``, existing blocks and a
-``read_parquet`` (its footers' row counts, without a row ``filter=``; ``?`` otherwise, as in Ray);
+``read_parquet`` (its footers' row counts, without a row ``filter=``), and for a source that a
+``count()`` of it ran (``_known_rows``, as Ray keeps what an execution learnt); ``?`` otherwise;
 a schema for ``range``, for the output of a source that already ran here (``_known_schema``), from
 a ``read_parquet``'s first footer (`parquet_meta.parquet_meta_schema`: the schema its read tasks give, as Ray
 shows it from Parquet metadata), or from the header of a local block file ("Unknown schema"
@@ -34,8 +35,10 @@ def dataset_repr(dataset) -> str:
     lines = [name if depth == 0 else f"{INDENT * (depth - 1)}+- {name}" for depth, name in enumerate(names)]
     prefix = f"{INDENT * (len(names) - 1)}+- " if names else ""
     schema = dataset._known_schema if not ops else None
+    counted = dataset._known_rows if not ops else None
     in_driver = getattr(dataset, "_in_driver_blocks", None) if not ops else None  # `MaterializedDataset.in_driver`
-    return "\n".join([*lines, prefix + _source_repr(type(dataset).__name__, source, schema, len(names), in_driver)])
+    source_line = _source_repr(type(dataset).__name__, source, schema, len(names), in_driver, counted)
+    return "\n".join([*lines, prefix + source_line])
 
 
 def _op_name(op) -> str | None:
@@ -50,13 +53,15 @@ def _op_name(op) -> str | None:
     return type(op).__name__
 
 
-def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int, in_driver: int | None = None) -> str:
+def _source_repr(classname: str, source, schema: pa.Schema | None, depth: int, in_driver: int | None = None,
+                 counted: int | None = None) -> str:
     rows, blocks, names = "?", None, type_name
     if isinstance(source, Read):
         blocks = in_driver
         if source.datasource.name == "FromPandas":
             names = _pandas_type_name  # Ray's blocks are the DataFrames: it shows their dtypes
         known_rows, known_schema = _from_metadata(source.datasource)
+        known_rows = counted if known_rows is None else known_rows
         rows = "?" if known_rows is None else known_rows
         if schema is None:
             schema = known_schema

@@ -245,3 +245,16 @@ def test_a_concurrency_tuple_with_a_function_has_rays_message(ctx):
     for bad in ("dummy", (1, 3, 5)):
         with pytest.raises(ValueError, match="``concurrency`` is expected to be set a"):
             rd.range(4).map(Same, concurrency=bad)
+
+
+def test_repr_of_a_read_shows_the_rows_a_count_found(ctx, tmp_path):
+    """As Ray's repr after an execution: ``count()`` of a CSV read ran its plan, so the rows are known."""
+    for i in range(2):
+        (tmp_path / f"{i}.csv").write_text("one,two\n" + "".join(f"{i},{c}\n" for c in "abc"))
+    ds = rd.read_csv(str(tmp_path))
+    assert repr(ds) == "Dataset(num_rows=?, schema=Unknown schema)"
+    assert ds.count() == 6
+    assert repr(ds) == "Dataset(num_rows=6, schema=Unknown schema)"  # counted from block metadata: nothing read
+    assert ds.schema() is not None
+    assert repr(ds) == "Dataset(num_rows=6, schema={one: int64, two: string})"
+    assert "num_rows=?" in repr(ds.map(lambda row: row))  # a new plan knows nothing yet
