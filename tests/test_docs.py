@@ -63,7 +63,8 @@ def docstring_parameters(obj) -> set[str]:
 def test_the_docstrings_document_every_parameter_the_api_reference_renders():
     """docs/api.md renders these docstrings: each must have a ``:param:`` for every keyword argument (or
     dataclass field) and none for a name the code does not have, as docs/parameters.md must."""
-    from airflow_streambatch.engine.context import DataContext, ExecutionOptions
+    from airflow_streambatch.engine.context import DataContext
+    from airflow_streambatch.engine.execution_resources import ExecutionOptions
     from airflow_streambatch.hooks.object_store import ObjectStoreHook
     from airflow_streambatch.hooks.streambatch import StreamBatchHook
     from airflow_streambatch.operators.streambatch import StreamBatchOperator

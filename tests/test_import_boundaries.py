@@ -34,7 +34,7 @@ RANKS: list[tuple[str, int]] = [
     (f"{PACKAGE}.engine.network_settings", 0),
     (f"{PACKAGE}.engine.filesystems", 0),
     (f"{PACKAGE}.engine.atomic_files", 0),
-    (f"{PACKAGE}.engine.execution_resources", 0),  # Ray's ExecutionResources, held by DataContext
+    (f"{PACKAGE}.engine.execution_resources", 0),  # Ray's ExecutionOptions and ExecutionResources, held by DataContext
     (f"{PACKAGE}.engine.save_mode", 0),  # Ray's SaveMode, which the output layer takes too
     (f"{PACKAGE}.engine.protocol", 1),  # contracts between the driver and the executors
     (f"{PACKAGE}.engine.worker", 2),

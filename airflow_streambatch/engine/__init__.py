@@ -10,7 +10,7 @@ Importable without Airflow, from a notebook or a ``spark-submit`` script::
 """
 
 from airflow_streambatch.engine.compute import ActorPoolStrategy, TaskPoolStrategy
-from airflow_streambatch.engine.context import DataContext, ExecutionOptions
+from airflow_streambatch.engine.context import DataContext
 from airflow_streambatch.engine.custom_source import Datasource, ReadTask, read_datasource
 from airflow_streambatch.engine.dataset import DataIterator, Dataset, MaterializedDataset
 from airflow_streambatch.engine.errors import (
@@ -23,7 +23,7 @@ from airflow_streambatch.engine.errors import (
     UserCodeException,
 )
 from airflow_streambatch.engine.execution.partitions import WriteResult
-from airflow_streambatch.engine.execution_resources import ExecutionResources
+from airflow_streambatch.engine.execution_resources import ExecutionOptions, ExecutionResources
 from airflow_streambatch.engine.schema import Schema
 from airflow_streambatch.engine.in_memory import from_arrow, from_blocks, from_numpy, from_pandas
 from airflow_streambatch.engine.path_args import FileShuffleConfig

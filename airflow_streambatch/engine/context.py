@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 from airflow_streambatch.engine.errors import check_positive_int
-from airflow_streambatch.engine.execution_resources import ExecutionResources
+from airflow_streambatch.engine.execution_resources import ExecutionOptions
 from airflow_streambatch.engine.filesystems import free_bytes
 from airflow_streambatch.engine.network_settings import NETWORK_SETTINGS, validate_network_setting
 
@@ -51,33 +51,6 @@ def _default_block_dir() -> str:
     roomy = os.path.isdir(shm) and os.access(shm, os.W_OK) and free_bytes(shm) >= _default_memory_limit()
     base = shm if roomy else tempfile.gettempdir()  # a container's 64 MiB /dev/shm cannot hold the default limit
     return os.path.join(base, f"streambatch-{os.geteuid()}")
-
-
-@dataclass
-class ExecutionOptions:
-    """Ray Data's ``DataContext.execution_options``, the part that applies here.
-
-    :param preserve_order: output in input order, the same on every run, and ``limit(n)``
-        (``take(n)``) the first ``n`` rows of the input. Off by default, as in Ray Data: a
-        block then waits for every block before it (`execution/ordering.py`).
-    :param resource_limits: Ray's `ExecutionResources` capping a run: ``cpu``/``gpu`` cap the
-        CPU/GPU slots, ``object_store_memory`` caps ``memory_limit``, ``memory`` is accepted
-        and ignored (`execution_resources.py`). Default: no limit.
-    """
-
-    preserve_order: bool = False
-    resource_limits: ExecutionResources = field(default_factory=ExecutionResources)
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "preserve_order" and not isinstance(value, bool):
-            raise ValueError(f"DataContext.execution_options.preserve_order must be True or False, got {value!r}")
-        if name == "resource_limits":
-            if isinstance(value, Mapping):  # a DAG's data_context gives it as JSON
-                value = ExecutionResources(**value)
-            if not isinstance(value, ExecutionResources):
-                raise ValueError("DataContext.execution_options.resource_limits must be an ExecutionResources "
-                                 f"(ExecutionResources(cpu=4, object_store_memory=2 << 30)), got {value!r}")
-        super().__setattr__(name, value)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Ray Data's ``ExecutionResources``, as ``DataContext.execution_options.resource_limits``.
+"""Ray Data's ``ExecutionOptions`` (``DataContext.execution_options``) and the
+``ExecutionResources`` of its ``resource_limits``.
 
 Why: Ray programs (and Ray's own tests) cap a run with
 ``DataContext.get_current().execution_options.resource_limits = ExecutionResources(cpu=...,
@@ -18,7 +19,8 @@ to the engine's own setting where one exists, and only ever lowers it, for the r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 
 _FIELDS = ("cpu", "gpu", "object_store_memory", "memory")
 
@@ -65,3 +67,30 @@ def limited_memory(memory_limit: int, limits: ExecutionResources) -> int:
     if limits.object_store_memory is None:
         return memory_limit
     return max(1, min(memory_limit, int(limits.object_store_memory)))
+
+
+@dataclass
+class ExecutionOptions:
+    """Ray Data's ``DataContext.execution_options``, the part that applies here.
+
+    :param preserve_order: output in input order, the same on every run, and ``limit(n)``
+        (``take(n)``) the first ``n`` rows of the input. Off by default, as in Ray Data: a
+        block then waits for every block before it (`execution/ordering.py`).
+    :param resource_limits: Ray's `ExecutionResources` capping a run: ``cpu``/``gpu`` cap the
+        CPU/GPU slots, ``object_store_memory`` caps ``memory_limit``, ``memory`` is accepted
+        and ignored (`execution_resources.py`). Default: no limit.
+    """
+
+    preserve_order: bool = False
+    resource_limits: ExecutionResources = field(default_factory=ExecutionResources)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "preserve_order" and not isinstance(value, bool):
+            raise ValueError(f"DataContext.execution_options.preserve_order must be True or False, got {value!r}")
+        if name == "resource_limits":
+            if isinstance(value, Mapping):  # a DAG's data_context gives it as JSON
+                value = ExecutionResources(**value)
+            if not isinstance(value, ExecutionResources):
+                raise ValueError("DataContext.execution_options.resource_limits must be an ExecutionResources "
+                                 f"(ExecutionResources(cpu=4, object_store_memory=2 << 30)), got {value!r}")
+        super().__setattr__(name, value)
